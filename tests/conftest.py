@@ -1,0 +1,26 @@
+"""Fixtures shared by the project's own tests."""
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def claude_bin() -> str:
+    """The pinned real Claude Code CLI (`npm ci` puts it in node_modules/.bin).
+
+    Tests that need the real binary are skipped on a developer machine without it, but in CI
+    (CI=true) a missing binary fails them: .ci/run installs it, so its absence is a CI bug.
+    """
+    local = REPO / "node_modules" / ".bin" / "claude"
+    if local.exists():
+        return str(local)
+    message = "the pinned Claude Code CLI is not installed: run `npm ci` in the repository root"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
