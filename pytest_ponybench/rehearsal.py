@@ -118,6 +118,11 @@ def _count_assistant_turns(body: dict) -> int:
     return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the default 5 drops bursts of connects into a 1 s SYN retry
+
+
 class ScriptedModel:
     """A scripted Messages API on ``host`` (loopback), serving any number of cells at once."""
 
@@ -136,8 +141,7 @@ class ScriptedModel:
         if self._server is not None:
             return self
         handler = type("_BoundHandler", (_Handler,), {"model": self})
-        server = ThreadingHTTPServer((self._host, self._requested_port), handler)
-        server.daemon_threads = True
+        server = _Server((self._host, self._requested_port), handler)
         thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.05},
             name=f"ponybench-rehearsal-{server.server_address[1]}", daemon=True,
@@ -245,6 +249,7 @@ class ScriptedModel:
 class _Handler(BaseHTTPRequestHandler):
     model: ScriptedModel  # bound per server by ScriptedModel.start
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
     timeout = 30  # an idle keep-alive connection frees its thread after this
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name

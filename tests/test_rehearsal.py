@@ -283,9 +283,14 @@ def test_recording_is_thread_safe(server):
         body["messages"][0]["content"] = f"{key} #{i}"
         return _post(urls[key], body)[0]
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=16) as pool:
         statuses = list(pool.map(hit, range(80)))
+    elapsed = time.monotonic() - started
     assert statuses == [200] * 80
+    # A burst of connects must not overflow the listen backlog: a dropped SYN is retried
+    # only after 1 s, which is how parallel cells would stall.
+    assert elapsed < 0.9, f"80 requests from 16 threads took {elapsed:.2f} s"
     for key in keys:
         seen = [r["messages"][0]["content"] for r in server.requests(key)]
         assert len(seen) == 20 and all(s.startswith(f"{key} #") for s in seen)
