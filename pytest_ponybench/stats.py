@@ -1,0 +1,661 @@
+"""Arm-versus-reference statistics with intervals: is a difference real or noise?
+
+Agent outcomes flip between identical runs, so every number here comes with an interval and
+the name of the method behind it, and where the data are too thin the number is ``None`` and a
+verdict says "too few ... to conclude" instead.
+
+Everything is a pure function over result records (plain dicts, see docs/architecture.md):
+no I/O, and the bootstrap uses a seeded generator, so the same records give the same output.
+Every returned object is a dataclass of JSON-safe values (``dataclasses.asdict`` works, and no
+float is NaN or infinite).
+
+Which cells count
+    A cell counts towards the rates when the arm was verifiably applied and the agent was
+    started: its ``status`` is not in ``UNMEASURED_STATUSES`` and its ``correct`` (``safe``)
+    value is not ``None``. A timeout or CLI error counts as a failed run: it is something the
+    agent did under that arm. LOC uses the cells that delivered code (``total_loc > 0``), as the
+    seed did.
+
+Methods (and why)
+    * Rate difference per task x model: Newcombe's hybrid score interval (his method 10) built
+      from two Wilson intervals. Unlike the textbook Wald interval it stays inside [-1, 1] and
+      keeps its coverage with 3-10 runs and rates of 0 or 1, which is exactly our data.
+    * p-value per task x model: Fisher's exact test (two-sided), exact for small counts.
+    * Many comparisons: Holm-Bonferroni over all Fisher p-values of one report (correct and
+      safe, every task, model and arm). Verdicts on rates use the Holm-adjusted p-value.
+    * LOC per task x model: ratio of median ``total_loc`` (arm / reference), with a percentile
+      bootstrap interval (runs resampled with replacement within each side; ``N_BOOT``
+      resamples). Medians and ratios, because LOC is skewed and the question is relative.
+    * Pooled over tasks per model: the mean of per-task rate differences and the geometric
+      mean of per-task median LOC ratios, with a hierarchical bootstrap: resample tasks with
+      replacement, then runs within each drawn task. Every task weighs the same, so one task
+      with many runs cannot dominate, and the interval reflects task-to-task spread.
+      Pooled intervals are unadjusted 95% intervals (no p-value, no Holm).
+    * Consistency per arm x model: the share of tasks where every run passed and the share
+      where runs disagreed (flip rate).
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from statistics import median
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+CONFIDENCE = 0.95
+# Fewer runs than this on either side of a comparison: no number, a "too few" verdict.
+MIN_RUNS = 3
+# Fewer tasks than this (each with MIN_RUNS per side): no pooled number.
+MIN_TASKS = 3
+# Bootstrap resamples; 4000 keeps the Monte Carlo error of a 2.5% percentile small (about
+# +-0.25 percentage points of probability) while a whole report still takes well under a second.
+N_BOOT = 4000
+SEED = 20240611
+# The arm was not (provably) applied, or the agent never started: such a cell says nothing
+# about the arm, so it is left out of every rate rather than counted as a failure.
+UNMEASURED_STATUSES = frozenset({"not_run", "wrong_arm", "arm_unproven"})
+
+WILSON = "Wilson score interval"
+NEWCOMBE = "Newcombe hybrid score interval (method 10, from two Wilson intervals)"
+FISHER = "Fisher's exact test, two-sided (scipy.stats.fisher_exact)"
+HOLM = "Holm-Bonferroni over all Fisher p-values of this report"
+CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
+
+
+def loc_ratio_method(n_boot: int) -> str:
+    return (f"ratio of median total_loc (cells with total_loc > 0); "
+            f"percentile bootstrap, {n_boot} resamples of runs within each side")
+
+
+def pooled_rate_method(n_boot: int) -> str:
+    return (f"mean over tasks of per-task rate differences; hierarchical percentile bootstrap, "
+            f"{n_boot} resamples (tasks, then runs within each task)")
+
+
+def pooled_loc_method(n_boot: int) -> str:
+    return (f"geometric mean over tasks of per-task median total_loc ratios; hierarchical "
+            f"percentile bootstrap, {n_boot} resamples (tasks, then runs within each task)")
+
+
+def pooled_level_method(n_boot: int) -> str:
+    return (f"mean over tasks of per-task rates; hierarchical percentile bootstrap, "
+            f"{n_boot} resamples (tasks, then runs within each task)")
+
+
+# --------------------------------------------------------------------------- result types
+
+
+@dataclass
+class Estimate:
+    """One number with its interval. ``value`` None means too few data; ``note`` says why."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    method: str
+    verdict: str
+    note: str = ""
+    p_value: float | None = None
+    p_holm: float | None = None
+    test: str = ""
+
+
+@dataclass
+class PairStats:
+    """One side against a reference side (an arm against the reference arm, a new run
+    against an old one), for one task x model."""
+
+    n: int
+    n_reference: int
+    correct_rate: float | None
+    correct_rate_reference: float | None
+    safe_rate: float | None
+    safe_rate_reference: float | None
+    loc_delivered: int
+    loc_delivered_reference: int
+    loc_median: float | None
+    loc_median_reference: float | None
+    correct_diff: Estimate
+    safe_diff: Estimate
+    loc_ratio: Estimate
+
+
+@dataclass
+class PooledStats:
+    """One side against a reference side pooled over tasks (task as the unit)."""
+
+    tasks_rates: list[str]
+    tasks_loc: list[str]
+    correct_rate: Estimate
+    correct_rate_reference: Estimate
+    safe_rate: Estimate
+    safe_rate_reference: Estimate
+    correct_diff: Estimate
+    safe_diff: Estimate
+    loc_ratio: Estimate
+
+
+@dataclass
+class ArmComparison:
+    task: str
+    model: str
+    arm: str
+    reference: str
+    stats: PairStats
+
+
+@dataclass
+class PooledComparison:
+    model: str
+    arm: str
+    reference: str
+    stats: PooledStats
+
+
+@dataclass
+class Consistency:
+    arm: str
+    model: str
+    tasks: int  # tasks with at least two measured runs
+    all_passed: int
+    all_failed: int
+    flipped: int
+    share_all_passed: float | None
+    share_flipped: float | None
+    single_run_tasks: int
+    method: str = CONSISTENCY
+    note: str = ""
+
+
+@dataclass
+class ArmStats:
+    """Everything one report says about arms against the reference arm."""
+
+    reference: str
+    settings: dict
+    methods: dict
+    comparisons: list[ArmComparison] = field(default_factory=list)
+    pooled: list[PooledComparison] = field(default_factory=list)
+    consistency: list[Consistency] = field(default_factory=list)
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- record access
+
+
+def name_of(record: dict, key: str) -> str:
+    """A task, arm or model name; a record without one (a broken line) groups under '?'."""
+    value = record.get(key)
+    return "?" if value is None or value == "" else str(value)
+
+
+def is_measured(record: dict) -> bool:
+    return record.get("status") not in UNMEASURED_STATUSES
+
+
+def outcome(record: dict, metric: str) -> int | None:
+    """``correct`` or ``safe`` as 0/1, or None when the cell does not count for it."""
+    if not is_measured(record):
+        return None
+    value = record.get(metric)
+    if value is None or isinstance(value, str):
+        return None
+    return 1 if value else 0
+
+
+def delivered_loc(record: dict) -> int | None:
+    """``total_loc`` of a cell that delivered code (total_loc > 0), else None."""
+    if not is_measured(record):
+        return None
+    loc = record.get("total_loc")
+    if isinstance(loc, bool) or not isinstance(loc, (int, float)) or loc <= 0:
+        return None
+    return loc
+
+
+def passed(record: dict) -> bool | None:
+    """The cell's pytest outcome, or correct and safe when the record has no ``passed``."""
+    if not is_measured(record):
+        return None
+    value = record.get("passed")
+    if isinstance(value, bool):
+        return value
+    correct, safe = outcome(record, "correct"), outcome(record, "safe")
+    if correct is None or safe is None:
+        return None
+    return bool(correct and safe)
+
+
+def count(records: Iterable[dict], metric: str) -> tuple[int, int]:
+    """(successes, cells that count) for ``correct`` or ``safe``."""
+    values = [v for v in (outcome(r, metric) for r in records) if v is not None]
+    return sum(values), len(values)
+
+
+def loc_values(records: Iterable[dict]) -> list[float]:
+    return [v for v in (delivered_loc(r) for r in records) if v is not None]
+
+
+def group_by(records: Iterable[dict], *keys: str) -> dict[tuple[str, ...], list[dict]]:
+    groups: dict[tuple[str, ...], list[dict]] = defaultdict(list)
+    for record in records:
+        groups[tuple(name_of(record, k) for k in keys)].append(record)
+    return dict(sorted(groups.items()))
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def z_value(confidence: float = CONFIDENCE) -> float:
+    return float(scipy_stats.norm.ppf(1 - (1 - confidence) / 2))
+
+
+def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval for a proportion successes / n (n >= 1).
+
+    centre = (x + z^2/2) / (n + z^2); half = z / (n + z^2) * sqrt(x (n - x) / n + z^2 / 4)
+    """
+    if n <= 0:
+        raise ValueError("wilson_interval needs n >= 1")
+    z = z_value(confidence)
+    z2 = z * z
+    centre = (successes + z2 / 2) / (n + z2)
+    half = z / (n + z2) * math.sqrt(successes * (n - successes) / n + z2 / 4)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe_interval(x1: int, n1: int, x2: int, n2: int,
+                      confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Newcombe's hybrid score interval for p1 - p2 (Newcombe 1998, method 10).
+
+    With Wilson intervals (l1, u1) for p1 and (l2, u2) for p2 and d = p1 - p2:
+    low = d - sqrt((p1 - l1)^2 + (u2 - p2)^2), high = d + sqrt((u1 - p1)^2 + (p2 - l2)^2).
+    """
+    p1, p2 = x1 / n1, x2 / n2
+    l1, u1 = wilson_interval(x1, n1, confidence)
+    l2, u2 = wilson_interval(x2, n2, confidence)
+    d = p1 - p2
+    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return max(-1.0, low), min(1.0, high)
+
+
+def fisher_p(x1: int, n1: int, x2: int, n2: int) -> float:
+    """Two-sided Fisher exact p-value for the 2x2 table [[x1, n1-x1], [x2, n2-x2]]."""
+    result = scipy_stats.fisher_exact([[x1, n1 - x1], [x2, n2 - x2]])
+    return min(1.0, float(result.pvalue))
+
+
+def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values, in the input order; None entries stay None and are
+    not part of the family.
+
+    Sort the m p-values ascending; the i-th (0-based) becomes (m - i) * p, made monotone with
+    a running maximum and capped at 1.
+    """
+    present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(present)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(present):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def percentile_interval(samples: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    alpha = 1 - confidence
+    low, high = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def rng_for(seed: int, *key: str) -> np.random.Generator:
+    """A generator seeded by the report seed and the comparison's own key, so a comparison's
+    interval does not change when other arms or tasks are added to the run."""
+    return np.random.default_rng([seed, zlib.crc32("\x1f".join(key).encode())])
+
+
+def resampled_medians(groups: Sequence[Sequence[float]], picks: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Medians of bootstrap resamples of runs within groups.
+
+    ``picks`` (shape B x T) says which group each of B resamples draws at each of T positions;
+    for each position the group's values are resampled with replacement (same size as the
+    group) and the median taken. Returns B x T medians. Vectorised by padding the groups with
+    NaN to the longest one.
+    """
+    sizes = np.array([len(g) for g in groups])
+    padded = np.full((len(groups), sizes.max()), np.nan)
+    for i, values in enumerate(groups):
+        padded[i, : len(values)] = values
+    n = sizes[picks][..., None]  # B x T x 1
+    width = padded.shape[1]
+    within = (rng.random(picks.shape + (width,)) * n).astype(np.int64)
+    draws = padded[picks[..., None], within]
+    draws[np.arange(width) >= n] = np.nan  # positions beyond this group's size
+    return np.nanmedian(draws, axis=2)
+
+
+# --------------------------------------------------------------------------- one task x model
+
+
+def too_few_runs(n: int, n_reference: int, min_runs: int, labels: tuple[str, str]) -> str:
+    return (f"too few runs to conclude: {labels[0]} {n}, {labels[1]} {n_reference} "
+            f"(need {min_runs} per side)")
+
+
+def rate_difference(x: int, n: int, x_ref: int, n_ref: int, *, min_runs: int = MIN_RUNS,
+                    confidence: float = CONFIDENCE,
+                    labels: tuple[str, str] = ("arm", "reference")) -> Estimate:
+    """Rate difference (side minus reference) with Newcombe's interval and Fisher's p.
+
+    The verdict is provisional ("no clear difference" or the unadjusted direction) until
+    ``apply_holm`` sets the Holm-adjusted p-value and the final verdict."""
+    if n < min_runs or n_ref < min_runs:
+        return Estimate(None, None, None, NEWCOMBE,
+                        verdict=too_few_runs(n, n_ref, min_runs, labels),
+                        note=too_few_runs(n, n_ref, min_runs, labels), test=FISHER)
+    low, high = newcombe_interval(x, n, x_ref, n_ref, confidence)
+    p = fisher_p(x, n, x_ref, n_ref)
+    estimate = Estimate(x / n - x_ref / n_ref, low, high, NEWCOMBE, verdict="",
+                        p_value=p, p_holm=p, test=FISHER)
+    estimate.verdict = rate_verdict(estimate, 1 - confidence)
+    return estimate
+
+
+def rate_verdict(estimate: Estimate, alpha: float) -> str:
+    p = estimate.p_holm if estimate.p_holm is not None else estimate.p_value
+    if estimate.value is None or p is None:
+        return estimate.verdict
+    if p < alpha and estimate.value > 0:
+        return "higher"
+    if p < alpha and estimate.value < 0:
+        return "lower"
+    return "no clear difference"
+
+
+def interval_verdict(low: float, high: float, null: float, up: str, down: str) -> str:
+    if low > null:
+        return up
+    if high < null:
+        return down
+    return "no clear difference"
+
+
+def loc_ratio(values: Sequence[float], reference_values: Sequence[float], *, n: int, n_ref: int,
+              min_runs: int = MIN_RUNS, n_boot: int = N_BOOT,
+              rng: np.random.Generator | None = None, confidence: float = CONFIDENCE,
+              labels: tuple[str, str] = ("arm", "reference")) -> Estimate:
+    """median(values) / median(reference_values) with a percentile bootstrap interval.
+
+    ``values`` are the delivered total_loc of one side, ``n`` that side's measured runs (for the
+    note)."""
+    method = loc_ratio_method(n_boot)
+    if len(values) < min_runs or len(reference_values) < min_runs:
+        note = (f"too few cells with code to conclude: {labels[0]} delivered code in "
+                f"{len(values)} of {n} runs, {labels[1]} in {len(reference_values)} of {n_ref} "
+                f"(need {min_runs} per side)")
+        return Estimate(None, None, None, method, verdict=note, note=note)
+    rng = rng if rng is not None else np.random.default_rng(SEED)
+    ratio = median(values) / median(reference_values)
+    picks = np.zeros((n_boot, 1), dtype=np.int64)
+    side = resampled_medians([values], picks, rng)[:, 0]
+    reference = resampled_medians([reference_values], picks, rng)[:, 0]
+    low, high = percentile_interval(side / reference, confidence)
+    return Estimate(ratio, low, high, method,
+                    verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines"))
+
+
+def compare_pair(records: Sequence[dict], reference_records: Sequence[dict], *,
+                 key: Sequence[str] = (), min_runs: int = MIN_RUNS, n_boot: int = N_BOOT,
+                 seed: int = SEED, confidence: float = CONFIDENCE,
+                 labels: tuple[str, str] = ("arm", "reference")) -> PairStats:
+    """One side's cells against the reference side's cells, for one task x model.
+
+    ``key`` names the comparison (task, model, arm, ...) and seeds its bootstrap."""
+    x_c, n_c = count(records, "correct")
+    x_c_ref, n_c_ref = count(reference_records, "correct")
+    x_s, n_s = count(records, "safe")
+    x_s_ref, n_s_ref = count(reference_records, "safe")
+    locs, locs_ref = loc_values(records), loc_values(reference_records)
+    n = sum(1 for r in records if is_measured(r))
+    n_ref = sum(1 for r in reference_records if is_measured(r))
+    return PairStats(
+        n=n, n_reference=n_ref,
+        correct_rate=x_c / n_c if n_c else None,
+        correct_rate_reference=x_c_ref / n_c_ref if n_c_ref else None,
+        safe_rate=x_s / n_s if n_s else None,
+        safe_rate_reference=x_s_ref / n_s_ref if n_s_ref else None,
+        loc_delivered=len(locs), loc_delivered_reference=len(locs_ref),
+        loc_median=float(median(locs)) if locs else None,
+        loc_median_reference=float(median(locs_ref)) if locs_ref else None,
+        correct_diff=rate_difference(x_c, n_c, x_c_ref, n_c_ref, min_runs=min_runs,
+                                     confidence=confidence, labels=labels),
+        safe_diff=rate_difference(x_s, n_s, x_s_ref, n_s_ref, min_runs=min_runs,
+                                  confidence=confidence, labels=labels),
+        loc_ratio=loc_ratio(locs, locs_ref, n=n, n_ref=n_ref, min_runs=min_runs, n_boot=n_boot,
+                            rng=rng_for(seed, "loc", *key), confidence=confidence,
+                            labels=labels),
+    )
+
+
+def apply_holm(estimates: Sequence[Estimate], alpha: float = 1 - CONFIDENCE) -> None:
+    """Set ``p_holm`` and the final verdict on every estimate that has a p-value (in place)."""
+    adjusted = holm_adjust([e.p_value for e in estimates])
+    for estimate, p in zip(estimates, adjusted):
+        if p is not None:
+            estimate.p_holm = p
+            estimate.verdict = rate_verdict(estimate, alpha)
+
+
+# --------------------------------------------------------------------------- pooled over tasks
+
+
+def too_few_tasks(tasks: int, min_tasks: int, min_runs: int, what: str) -> str:
+    return (f"too few tasks to pool: {tasks} with {min_runs}+ {what} per side "
+            f"(need {min_tasks})")
+
+
+def pooled_rate(by_task: dict[str, Sequence[dict]], metric: str, *, min_runs: int = 1,
+                min_tasks: int = 1, n_boot: int = N_BOOT, seed: int = SEED,
+                confidence: float = CONFIDENCE, key: Sequence[str] = ()) -> Estimate:
+    """Mean over tasks of one side's per-task rate, with a hierarchical bootstrap interval.
+
+    Used for absolute thresholds (e.g. a minimum safe rate): a task counts once, whatever its
+    number of runs."""
+    method = pooled_level_method(n_boot)
+    counts = [count(records, metric) for records in by_task.values()]
+    counts = [(x, n) for x, n in counts if n >= min_runs]
+    if len(counts) < min_tasks or not counts:
+        note = too_few_tasks(len(counts), min_tasks, min_runs, "runs")
+        return Estimate(None, None, None, method, verdict=note, note=note)
+    x = np.array([c[0] for c in counts], dtype=float)
+    n = np.array([c[1] for c in counts])
+    rng = rng_for(seed, "level", metric, *key)
+    picks = rng.integers(0, len(n), size=(n_boot, len(n)))
+    # Resampling n runs with replacement from a task with x successes out of n draws a
+    # Binomial(n, x / n) count of successes: the same distribution, without the loop.
+    rates = rng.binomial(n[picks], x[picks] / n[picks]) / n[picks]
+    low, high = percentile_interval(rates.mean(axis=1), confidence)
+    return Estimate(float(np.mean(x / n)), low, high, method, verdict="")
+
+
+def pooled_rate_difference(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], metric: str,
+                           *, min_runs: int = MIN_RUNS, min_tasks: int = MIN_TASKS,
+                           n_boot: int = N_BOOT, rng: np.random.Generator | None = None,
+                           confidence: float = CONFIDENCE) -> tuple[Estimate, list[str]]:
+    """Mean over tasks of (side rate - reference rate), hierarchical bootstrap interval.
+
+    Returns the estimate and the tasks it used (those with ``min_runs`` per side)."""
+    method = pooled_rate_method(n_boot)
+    used, counts = [], []
+    for task, (records, reference_records) in pairs.items():
+        x, n = count(records, metric)
+        x_ref, n_ref = count(reference_records, metric)
+        if n >= min_runs and n_ref >= min_runs:
+            used.append(task)
+            counts.append((x, n, x_ref, n_ref))
+    if len(used) < min_tasks:
+        note = too_few_tasks(len(used), min_tasks, min_runs, "runs")
+        return Estimate(None, None, None, method, verdict=note, note=note), used
+    x, n, x_ref, n_ref = (np.array(column, dtype=float) for column in zip(*counts))
+    n, n_ref = n.astype(np.int64), n_ref.astype(np.int64)
+    rng = rng if rng is not None else np.random.default_rng(SEED)
+    picks = rng.integers(0, len(used), size=(n_boot, len(used)))  # tasks, with replacement
+    # Runs within each drawn task, with replacement (binomial form, see pooled_rate).
+    side = rng.binomial(n[picks], x[picks] / n[picks]) / n[picks]
+    reference = rng.binomial(n_ref[picks], x_ref[picks] / n_ref[picks]) / n_ref[picks]
+    low, high = percentile_interval((side - reference).mean(axis=1), confidence)
+    value = float(np.mean(x / n - x_ref / n_ref))
+    return Estimate(value, low, high, method,
+                    verdict=interval_verdict(low, high, 0.0, "higher", "lower")), used
+
+
+def pooled_loc_ratio(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
+                     min_runs: int = MIN_RUNS, min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT,
+                     rng: np.random.Generator | None = None,
+                     confidence: float = CONFIDENCE) -> tuple[Estimate, list[str]]:
+    """Geometric mean over tasks of median-LOC ratios, hierarchical bootstrap interval.
+
+    The geometric mean, because ratios multiply: x2 on one task and x0.5 on another is no
+    change overall. Returns the estimate and the tasks it used."""
+    method = pooled_loc_method(n_boot)
+    used, sides, references = [], [], []
+    for task, (records, reference_records) in pairs.items():
+        locs, locs_ref = loc_values(records), loc_values(reference_records)
+        if len(locs) >= min_runs and len(locs_ref) >= min_runs:
+            used.append(task)
+            sides.append(locs)
+            references.append(locs_ref)
+    if len(used) < min_tasks:
+        note = too_few_tasks(len(used), min_tasks, min_runs, "cells with code")
+        return Estimate(None, None, None, method, verdict=note, note=note), used
+    log_ratios = [math.log(median(s) / median(r)) for s, r in zip(sides, references)]
+    rng = rng if rng is not None else np.random.default_rng(SEED)
+    picks = rng.integers(0, len(used), size=(n_boot, len(used)))
+    side = resampled_medians(sides, picks, rng)
+    reference = resampled_medians(references, picks, rng)
+    samples = np.exp(np.log(side / reference).mean(axis=1))
+    low, high = percentile_interval(samples, confidence)
+    value = math.exp(sum(log_ratios) / len(log_ratios))
+    return Estimate(value, low, high, method,
+                    verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines")), used
+
+
+def compare_pooled(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
+                   key: Sequence[str] = (), min_runs: int = MIN_RUNS,
+                   min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT, seed: int = SEED,
+                   confidence: float = CONFIDENCE) -> PooledStats:
+    """One side against the reference side over all tasks in ``pairs`` (task -> (side
+    records, reference records)), for one model."""
+    correct_diff, tasks_rates = pooled_rate_difference(
+        pairs, "correct", min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
+        rng=rng_for(seed, "pooled", "correct", *key), confidence=confidence)
+    safe_diff, _ = pooled_rate_difference(
+        pairs, "safe", min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
+        rng=rng_for(seed, "pooled", "safe", *key), confidence=confidence)
+    loc, tasks_loc = pooled_loc_ratio(
+        pairs, min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
+        rng=rng_for(seed, "pooled", "loc", *key), confidence=confidence)
+
+    def level(metric: str, side: int) -> Estimate:
+        # The absolute levels over the same tasks as the differences, for reading them.
+        by_task = {t: pairs[t][side] for t in tasks_rates}
+        return pooled_rate(by_task, metric, min_runs=min_runs, min_tasks=min_tasks,
+                           n_boot=n_boot, seed=seed, confidence=confidence,
+                           key=(*key, str(side)))
+
+    return PooledStats(
+        tasks_rates=tasks_rates, tasks_loc=tasks_loc,
+        correct_rate=level("correct", 0), correct_rate_reference=level("correct", 1),
+        safe_rate=level("safe", 0), safe_rate_reference=level("safe", 1),
+        correct_diff=correct_diff, safe_diff=safe_diff, loc_ratio=loc)
+
+
+# --------------------------------------------------------------------------- consistency
+
+
+def consistency(records: Sequence[dict]) -> list[Consistency]:
+    """Per arm x model: over tasks with at least two measured runs, how many had every run
+    pass, every run fail, or runs that disagreed (flipped)."""
+    result = []
+    for (arm, model), cells in group_by(records, "arm", "model").items():
+        tasks = all_passed = all_failed = flipped = single = 0
+        for _task, task_cells in group_by(cells, "task").items():
+            outcomes = [p for p in (passed(r) for r in task_cells) if p is not None]
+            if len(outcomes) < 2:
+                single += 1 if outcomes else 0
+                continue
+            tasks += 1
+            if all(outcomes):
+                all_passed += 1
+            elif not any(outcomes):
+                all_failed += 1
+            else:
+                flipped += 1
+        note = "" if tasks else "too few runs to conclude: no task with 2 or more measured runs"
+        result.append(Consistency(
+            arm=arm, model=model, tasks=tasks, all_passed=all_passed, all_failed=all_failed,
+            flipped=flipped, share_all_passed=all_passed / tasks if tasks else None,
+            share_flipped=flipped / tasks if tasks else None, single_run_tasks=single,
+            note=note))
+    return result
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def arm_stats(records: Sequence[dict], reference: str = "baseline", *,
+              confidence: float = CONFIDENCE, min_runs: int = MIN_RUNS,
+              min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT, seed: int = SEED) -> ArmStats:
+    """Every arm against ``reference``: per task x model, pooled per model, and consistency.
+
+    Holm-Bonferroni runs over all Fisher p-values produced here, so the verdicts of one
+    report are corrected for its many comparisons."""
+    settings = {"confidence": confidence, "min_runs": min_runs, "min_tasks": min_tasks,
+                "n_boot": n_boot, "seed": seed,
+                "unmeasured_statuses": sorted(UNMEASURED_STATUSES)}
+    methods = {"rate_difference": NEWCOMBE, "p_value": FISHER, "multiple_comparisons": HOLM,
+               "loc_ratio": loc_ratio_method(n_boot),
+               "pooled_rate_difference": pooled_rate_method(n_boot),
+               "pooled_loc_ratio": pooled_loc_method(n_boot), "consistency": CONSISTENCY}
+    result = ArmStats(reference=reference, settings=settings, methods=methods,
+                      consistency=consistency(records))
+    cells = group_by(records, "model", "arm", "task")
+    arms = sorted({arm for _model, arm, _task in cells})
+    if reference not in arms:
+        result.note = (f"reference arm {reference!r} is not in these results: "
+                       f"no arm-versus-reference comparisons")
+        return result
+    if arms == [reference]:
+        result.note = f"only the reference arm {reference!r} ran: nothing to compare"
+        return result
+    for model in sorted({model for model, _arm, _task in cells}):
+        for arm in arms:
+            if arm == reference:
+                continue
+            pairs = {}
+            for (m, a, task), arm_cells in cells.items():
+                if m != model or a != arm:
+                    continue
+                reference_cells = cells.get((model, reference, task), [])
+                pairs[task] = (arm_cells, reference_cells)
+                pair = compare_pair(arm_cells, reference_cells, key=(task, model, arm),
+                                    min_runs=min_runs, n_boot=n_boot, seed=seed,
+                                    confidence=confidence, labels=(arm, reference))
+                result.comparisons.append(ArmComparison(task, model, arm, reference, pair))
+            if pairs:
+                pooled = compare_pooled(pairs, key=(model, arm), min_runs=min_runs,
+                                        min_tasks=min_tasks, n_boot=n_boot, seed=seed,
+                                        confidence=confidence)
+                result.pooled.append(PooledComparison(model, arm, reference, pooled))
+    apply_holm([e for c in result.comparisons for e in (c.stats.correct_diff, c.stats.safe_diff)],
+               1 - confidence)
+    return result

@@ -1,0 +1,336 @@
+"""Checks of pytest_ponybench.stats against values worked out independently.
+
+Wilson and Newcombe against the formula by hand and Newcombe's published table; Fisher by
+enumerating hypergeometric terms with math.comb; bootstrap intervals against exact bootstrap
+distributions enumerated for tiny data.
+"""
+import itertools
+import json
+import math
+from statistics import median
+
+import numpy as np
+import pytest
+
+from pytest_ponybench import stats
+
+Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
+
+
+def record(task, arm, correct, safe, loc=50, model="haiku", run=0, **extra):
+    base = dict(task=task, arm=arm, model=model, run=run, correct=correct, safe=safe,
+                ran=True, status="finished", passed=bool(correct and safe), total_loc=loc)
+    base.update(extra)
+    return base
+
+
+def cells(task, arm, outcomes, model="haiku", locs=None):
+    """Records for one task x arm: outcomes is a list of (correct, safe)."""
+    locs = locs or [50] * len(outcomes)
+    return [record(task, arm, c, s, loc, model=model, run=i)
+            for i, ((c, s), loc) in enumerate(zip(outcomes, locs))]
+
+
+def fisher_by_hand(x1, n1, x2, n2):
+    """Two-sided Fisher p: the sum of hypergeometric probabilities of all tables with the same
+    margins that are no more likely than the observed one."""
+    successes, total = x1 + x2, n1 + n2
+    def prob(k):
+        return math.comb(n1, k) * math.comb(n2, successes - k) / math.comb(total, successes)
+    observed = prob(x1)
+    ks = range(max(0, successes - n2), min(n1, successes) + 1)
+    return sum(prob(k) for k in ks if prob(k) <= observed * (1 + 1e-9))
+
+
+# --------------------------------------------------------------------------- Wilson, Newcombe
+
+
+def test_wilson_three_of_four_by_hand():
+    # x=3, n=4: z^2 = 3.8415; centre = (3 + 1.9207) / 7.8415 = 0.62753;
+    # half = z / 7.8415 * sqrt(3*1/4 + 0.96036) = 0.24995 * 1.30781 = 0.32689
+    z2 = Z95 ** 2
+    centre = (3 + z2 / 2) / (4 + z2)
+    half = Z95 / (4 + z2) * math.sqrt(3 * 1 / 4 + z2 / 4)
+    low, high = stats.wilson_interval(3, 4)
+    assert low == pytest.approx(centre - half, abs=1e-12)
+    assert high == pytest.approx(centre + half, abs=1e-12)
+    assert (round(low, 4), round(high, 4)) == (0.3006, 0.9544)
+
+
+def test_wilson_zero_successes_starts_at_zero():
+    # x=0: centre = half, so low = 0 and high = z^2 / (n + z^2) = 3.8415 / 7.8415 = 0.4899
+    low, high = stats.wilson_interval(0, 4)
+    assert low == pytest.approx(0.0, abs=1e-12)
+    assert high == pytest.approx(Z95 ** 2 / (4 + Z95 ** 2), abs=1e-12)
+
+
+@pytest.mark.parametrize("x1, n1, x2, n2, low, high", [
+    # Newcombe (1998), Statistics in Medicine 17:873-890, Table II, method 10.
+    (56, 70, 48, 80, 0.0524, 0.3339),
+    (9, 10, 3, 10, 0.1705, 0.8090),
+    (6, 7, 2, 7, 0.0582, 0.8062),
+    (5, 56, 0, 29, -0.0381, 0.1926),
+    (0, 10, 0, 20, -0.1611, 0.2775),
+    (0, 10, 0, 10, -0.2775, 0.2775),
+    (10, 10, 0, 20, 0.6791, 1.0000),
+    (10, 10, 0, 10, 0.6075, 1.0000),
+])
+def test_newcombe_matches_published_table(x1, n1, x2, n2, low, high):
+    got = stats.newcombe_interval(x1, n1, x2, n2)
+    assert (round(got[0], 4), round(got[1], 4)) == (low, high)
+
+
+# --------------------------------------------------------------------------- Fisher, Holm
+
+
+def test_fisher_three_of_four_against_none_of_four():
+    # Margins: 4 and 4 runs, 3 successes in all, C(8,3) = 56 tables.
+    # P(k) numerators for k = 0..3: C(4,k) C(4,3-k) = 4, 24, 24, 4. Observed k = 3 (4/56);
+    # as or less likely: k = 0 and k = 3, so p = 8/56.
+    assert stats.fisher_p(3, 4, 0, 4) == pytest.approx(8 / 56, rel=1e-9)
+
+
+@pytest.mark.parametrize("table", [(4, 4, 0, 4), (2, 5, 4, 5), (7, 10, 2, 10), (10, 10, 5, 10),
+                                   (1, 3, 3, 3), (0, 6, 0, 6)])
+def test_fisher_matches_hypergeometric_enumeration(table):
+    assert stats.fisher_p(*table) == pytest.approx(fisher_by_hand(*table), rel=1e-9)
+
+
+def test_holm_worked_example():
+    # m = 4. Sorted: 0.005 * 4 = 0.02; 0.01 * 3 = 0.03; 0.03 * 2 = 0.06; 0.04 * 1 = 0.04,
+    # raised to the running maximum 0.06. Back in input order:
+    adjusted = stats.holm_adjust([0.01, 0.04, 0.03, 0.005])
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
+
+
+def test_holm_skips_none_and_caps_at_one():
+    # Family of 2 (the None is no test): 0.3 * 2 = 0.6, then 0.7 * 1 = 0.7.
+    assert stats.holm_adjust([0.7, None, 0.3]) == [pytest.approx(0.7), None, pytest.approx(0.6)]
+    assert stats.holm_adjust([0.6, 0.9]) == [1.0, 1.0]
+    assert stats.holm_adjust([]) == []
+
+
+def test_report_applies_holm_across_all_comparisons_and_verdicts_follow_it():
+    # task1: correct 10/10 vs 0/10 -> p1 = 2 / C(20,10); safe 10/10 vs 10/10 -> p = 1.
+    # task2: correct 6/10 vs 2/10 -> p2 ~ 0.170; safe 10/10 vs 5/10 -> p3 = 504/15504 ~ 0.0325.
+    # Holm over the 4: p1 * 4; p3 * 3 = 0.0975; max(p2 * 2, 0.0975) = 0.340; max(1, ...) = 1.
+    records = (cells("task1", "arm", [(1, 1)] * 10) + cells("task1", "baseline", [(0, 1)] * 10)
+               + cells("task2", "arm", [(1, 1)] * 6 + [(0, 1)] * 4)
+               + cells("task2", "baseline", [(1, 1)] * 2 + [(0, 1)] * 3 + [(0, 0)] * 5))
+    report = stats.arm_stats(records)
+    by_task = {c.task: c.stats for c in report.comparisons}
+    p1 = 2 / math.comb(20, 10)
+    p2 = fisher_by_hand(6, 10, 2, 10)
+    p3 = fisher_by_hand(10, 10, 5, 10)
+    assert p3 == pytest.approx(504 / 15504)
+    assert by_task["task1"].correct_diff.p_value == pytest.approx(p1)
+    assert by_task["task1"].correct_diff.p_holm == pytest.approx(4 * p1)
+    assert by_task["task2"].safe_diff.p_holm == pytest.approx(3 * p3)
+    assert by_task["task2"].correct_diff.p_holm == pytest.approx(2 * p2)
+    assert by_task["task1"].safe_diff.p_holm == pytest.approx(1.0)
+    assert by_task["task1"].correct_diff.verdict == "higher"
+    # Unadjusted, 0.0325 < 0.05 would say "higher"; after Holm (0.0975) it is noise.
+    assert by_task["task2"].safe_diff.p_value < 0.05
+    assert by_task["task2"].safe_diff.verdict == "no clear difference"
+    assert "Holm" in report.methods["multiple_comparisons"]
+
+
+# --------------------------------------------------------------------------- one task x model
+
+
+def test_rate_difference_value_interval_and_p():
+    estimate = stats.rate_difference(9, 10, 3, 10)
+    assert estimate.value == pytest.approx(0.6)
+    assert (round(estimate.low, 4), round(estimate.high, 4)) == (0.1705, 0.8090)
+    assert estimate.p_value == pytest.approx(fisher_by_hand(9, 10, 3, 10))
+    assert "Newcombe" in estimate.method and "Fisher" in estimate.test
+
+
+def test_rate_difference_too_few_runs_gives_no_number():
+    estimate = stats.rate_difference(2, 2, 0, 4, labels=("terse", "baseline"))
+    assert (estimate.value, estimate.low, estimate.high, estimate.p_value) == (None,) * 4
+    assert estimate.verdict.startswith("too few runs to conclude")
+    assert "terse 2" in estimate.note and "baseline 4" in estimate.note and "need 3" in estimate.note
+
+
+def test_loc_ratio_point_is_ratio_of_medians():
+    # median(10, 20, 30, 40) = 25; median(50, 50, 60) = 50; ratio 0.5
+    estimate = stats.loc_ratio([10, 20, 30, 40], [50, 50, 60], n=4, n_ref=3)
+    assert estimate.value == pytest.approx(0.5)
+    assert estimate.low <= 0.5 <= estimate.high
+    assert "bootstrap" in estimate.method and str(stats.N_BOOT) in estimate.method
+
+
+def test_loc_ratio_interval_matches_exact_bootstrap_distribution():
+    # With 3 values a side there are 27 x 27 equally likely resample pairs: enumerate them and
+    # take the exact distribution of median(a*) / median(r*). The Monte Carlo percentile
+    # endpoints must sit where that exact CDF crosses 2.5% and 97.5% (up to MC error).
+    a, r = [10, 20, 40], [20, 30, 60]
+    ratios = sorted(median(x) / median(y) for x in itertools.product(a, repeat=3)
+                    for y in itertools.product(r, repeat=3))
+    total = len(ratios)
+
+    def below(v):
+        return sum(q < v - 1e-12 for q in ratios) / total
+
+    def at_most(v):
+        return sum(q <= v + 1e-12 for q in ratios) / total
+
+    estimate = stats.loc_ratio(a, r, n=3, n_ref=3, rng=np.random.default_rng(7))
+    assert estimate.value == pytest.approx(20 / 30)
+    for endpoint, level in ((estimate.low, 0.025), (estimate.high, 0.975)):
+        assert below(endpoint) <= level + 0.01
+        assert at_most(endpoint) >= level - 0.01
+
+
+def test_loc_ratio_without_spread_has_a_point_interval():
+    estimate = stats.loc_ratio([30, 30, 30], [60, 60, 60], n=3, n_ref=3)
+    assert (estimate.value, estimate.low, estimate.high) == (0.5, 0.5, 0.5)
+    assert estimate.verdict == "fewer lines"
+
+
+def test_loc_ratio_too_few_delivered_code():
+    records = cells("t", "arm", [(1, 1)] * 4, locs=[0, 0, 0, 12]) + cells("t", "baseline", [(1, 1)] * 4)
+    pair = stats.compare_pair(records[:4], records[4:], labels=("arm", "baseline"))
+    assert pair.loc_delivered == 1 and pair.loc_median == 12
+    assert pair.loc_ratio.value is None
+    assert "too few cells with code" in pair.loc_ratio.verdict
+    assert "arm delivered code in 1 of 4 runs, baseline in 4 of 4" in pair.loc_ratio.note
+
+
+def test_compare_pair_is_deterministic_per_key():
+    records = cells("t", "arm", [(1, 1)] * 5, locs=[10, 14, 20, 25, 30])
+    reference = cells("t", "baseline", [(1, 0)] * 5, locs=[20, 22, 35, 40, 41])
+    first = stats.compare_pair(records, reference, key=("t", "haiku", "arm"))
+    again = stats.compare_pair(records, reference, key=("t", "haiku", "arm"))
+    assert first == again
+
+
+# --------------------------------------------------------------------------- pooled
+
+
+def test_pooled_rate_difference_weighs_tasks_equally():
+    # Big task: 40/40 vs 0/40 (difference 1); two small tasks 4/4 vs 4/4 (difference 0).
+    # Task as unit: (1 + 0 + 0) / 3 = 1/3. Weighted by cells it would be 40/48 - 8/48 = 0.667.
+    pairs = {"big": (cells("big", "a", [(1, 1)] * 40), cells("big", "b", [(0, 1)] * 40)),
+             "s1": (cells("s1", "a", [(1, 1)] * 4), cells("s1", "b", [(1, 1)] * 4)),
+             "s2": (cells("s2", "a", [(1, 1)] * 4), cells("s2", "b", [(1, 1)] * 4))}
+    estimate, used = stats.pooled_rate_difference(pairs, "correct")
+    assert used == ["big", "s1", "s2"]
+    assert estimate.value == pytest.approx(1 / 3)
+    # No within-task spread, so the bootstrap is resampling 3 tasks: the mean is K/3 with
+    # K ~ Binomial(3, 1/3) draws of the big task. P(K=0) = 8/27 and P(K=3) = 1/27, both above
+    # 2.5%, so the interval is exactly [0, 1].
+    assert (estimate.low, estimate.high) == (0.0, 1.0)
+
+
+def test_pooled_rate_difference_exact_task_level_quantile():
+    # Differences (1, 0, 0, 0), no within-task spread: mean = K/4, K ~ Binomial(4, 1/4).
+    # P(K<=2) = 243/256 = 0.949 < 0.975 < P(K<=3) = 255/256: the upper end is 3/4.
+    # P(K=0) = 81/256 = 0.316 > 0.025: the lower end is 0.
+    pairs = {"big": (cells("big", "a", [(1, 1)] * 10), cells("big", "b", [(0, 1)] * 10))}
+    for name in ("t1", "t2", "t3"):
+        pairs[name] = (cells(name, "a", [(0, 1)] * 3), cells(name, "b", [(0, 1)] * 3))
+    estimate, _ = stats.pooled_rate_difference(pairs, "correct")
+    assert estimate.value == pytest.approx(0.25)
+    assert (estimate.low, estimate.high) == (0.0, 0.75)
+
+
+def test_pooled_loc_ratio_is_geometric_mean_and_exact_without_spread():
+    # Per-task ratios 2, 0.5 and 1 (the last task has 40 runs): geometric mean 1.
+    # Resampling 3 tasks: the smallest pooled value is 0.5 (task2 drawn 3 times, p = 1/27 =
+    # 0.037 > 0.025) and the largest 2 (p = 1/27): so the interval is exactly [0.5, 2].
+    pairs = {"t1": (cells("t1", "a", [(1, 1)] * 3, locs=[20] * 3), cells("t1", "b", [(1, 1)] * 3, locs=[10] * 3)),
+             "t2": (cells("t2", "a", [(1, 1)] * 3, locs=[5] * 3), cells("t2", "b", [(1, 1)] * 3, locs=[10] * 3)),
+             "t3": (cells("t3", "a", [(1, 1)] * 40, locs=[10] * 40), cells("t3", "b", [(1, 1)] * 40, locs=[10] * 40))}
+    estimate, used = stats.pooled_loc_ratio(pairs)
+    assert used == ["t1", "t2", "t3"]
+    assert estimate.value == pytest.approx(1.0)
+    assert estimate.low == pytest.approx(0.5) and estimate.high == pytest.approx(2.0)
+    assert estimate.verdict == "no clear difference"
+    assert "geometric mean" in estimate.method and "hierarchical" in estimate.method
+
+
+def test_pooled_needs_enough_tasks():
+    pairs = {"t1": (cells("t1", "a", [(1, 1)] * 4), cells("t1", "b", [(1, 1)] * 4)),
+             "t2": (cells("t2", "a", [(1, 1)] * 4), cells("t2", "b", [(1, 1)] * 2))}
+    estimate, used = stats.pooled_rate_difference(pairs, "correct")
+    assert used == ["t1"]  # t2 has 2 reference runs, fewer than MIN_RUNS
+    assert estimate.value is None
+    assert estimate.verdict == "too few tasks to pool: 1 with 3+ runs per side (need 3)"
+
+
+def test_pooled_rate_level():
+    # Per-task safe rates 1, 0.5 (of 4) and 0 (of 2): mean 0.5 whatever the run counts.
+    by_task = {"t1": cells("t1", "a", [(1, 1)] * 3),
+               "t2": cells("t2", "a", [(1, 1)] * 2 + [(1, 0)] * 2),
+               "t3": cells("t3", "a", [(1, 0)] * 2)}
+    estimate = stats.pooled_rate(by_task, "safe")
+    assert estimate.value == pytest.approx(0.5)
+    assert 0 <= estimate.low <= 0.5 <= estimate.high <= 1
+
+
+# --------------------------------------------------------------------------- consistency
+
+
+def test_consistency_counts_tasks_by_agreement():
+    records = (cells("all_pass", "arm", [(1, 1)] * 3) + cells("mixed", "arm", [(1, 1), (1, 0), (1, 1)])
+               + cells("all_fail", "arm", [(0, 1)] * 3) + cells("single", "arm", [(1, 1)]))
+    # `passed` missing: falls back to correct and safe
+    records.append({"task": "mixed2", "arm": "arm", "model": "haiku", "correct": 1, "safe": 1})
+    records.append({"task": "mixed2", "arm": "arm", "model": "haiku", "correct": 0, "safe": 1})
+    # never measured: ignored
+    records.append(record("all_pass", "arm", 0, 0, status="wrong_arm", passed=False))
+    (row,) = stats.consistency(records)
+    assert (row.tasks, row.all_passed, row.flipped, row.all_failed, row.single_run_tasks) == (4, 1, 2, 1, 1)
+    assert row.share_all_passed == pytest.approx(1 / 4)
+    assert row.share_flipped == pytest.approx(2 / 4)
+
+
+# --------------------------------------------------------------------------- whole report
+
+
+def test_single_arm_has_no_comparisons():
+    report = stats.arm_stats(cells("t", "baseline", [(1, 1)] * 4))
+    assert report.comparisons == [] and report.pooled == []
+    assert "nothing to compare" in report.note
+    assert len(report.consistency) == 1
+
+
+def test_missing_reference_arm_is_said():
+    report = stats.arm_stats(cells("t", "terse", [(1, 1)] * 4), reference="baseline")
+    assert report.comparisons == [] and "'baseline' is not in these results" in report.note
+
+
+def test_unmeasured_cells_and_missing_fields_do_not_count():
+    records = cells("t", "arm", [(1, 1)] * 3) + cells("t", "baseline", [(0, 0)] * 3)
+    records += [
+        record("t", "arm", 0, 0, status="wrong_arm"),       # arm not applied: ignored
+        record("t", "arm", 0, 0, status="not_run"),
+        {"task": "t", "arm": "arm", "model": "haiku", "status": "cli_error", "correct": None,
+         "safe": None, "total_loc": None, "cost_usd": None},  # agent error, fields None
+        {"arm": "arm"},                                     # broken line: groups under '?'
+    ]
+    report = stats.arm_stats(records)
+    pair = next(c.stats for c in report.comparisons if c.task == "t")
+    assert (pair.n, pair.correct_rate, pair.safe_rate) == (4, 1.0, 1.0)
+    assert pair.correct_diff.value == pytest.approx(1.0)
+    json.dumps(report.to_dict(), allow_nan=False)  # JSON-safe: no NaN, no infinity
+
+
+def test_report_is_deterministic_and_stable_when_arms_are_added():
+    base = []
+    for task in ("t1", "t2", "t3"):
+        base += cells(task, "baseline", [(1, 1), (0, 1), (1, 1), (1, 0)], locs=[40, 55, 60, 70])
+        base += cells(task, "terse", [(1, 1), (1, 1), (1, 1), (0, 1)], locs=[20, 25, 40, 31])
+    first = stats.arm_stats(base).to_dict()
+    assert stats.arm_stats(base).to_dict() == first
+    more = base + cells("t1", "verbose", [(1, 1)] * 4, locs=[90, 95, 99, 120])
+    terse_before = [c for c in first["comparisons"] if c["arm"] == "terse"]
+    terse_after = [c for c in stats.arm_stats(more).to_dict()["comparisons"] if c["arm"] == "terse"]
+    # The LOC intervals come from per-comparison seeds: adding an arm does not move them.
+    assert [c["stats"]["loc_ratio"] for c in terse_after] == [c["stats"]["loc_ratio"] for c in terse_before]
+    pooled = first["pooled"][0]
+    assert pooled["arm"] == "terse" and pooled["stats"]["tasks_rates"] == ["t1", "t2", "t3"]
+    for estimate in (pooled["stats"]["correct_diff"], pooled["stats"]["loc_ratio"]):
+        assert estimate["method"] and estimate["low"] <= estimate["value"] <= estimate["high"]
