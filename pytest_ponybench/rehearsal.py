@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,8 +39,11 @@ class CellScript:
     """What the stand-in model does in one cell.
 
     ``writes``: ``(absolute file path, content)`` pairs, one ``Write`` tool call per turn in
-    order; then ``answer`` ends the session with ``stop_reason`` ``end_turn``. The usage
-    numbers are reported on every scripted turn (the CLI adds them up over the session).
+    order; then ``answer`` ends the session with ``stop_reason`` ``end_turn``. When the path
+    already exists as the turn is answered (a seeded file), that turn holds a ``Read`` of it
+    before the ``Write``, since the CLI refuses to overwrite a file the session has not read;
+    the CLI's ``num_turns`` then counts one more, the API turns and usage stay the same.
+    The usage numbers are reported on every scripted turn (the CLI adds them up).
     """
 
     writes: list[tuple[str, str]] = field(default_factory=list)
@@ -221,20 +225,26 @@ class ScriptedModel:
             turn = _count_assistant_turns(body)
             if turn < len(script.writes):
                 path, content = script.writes[turn]
-                block = {"type": "tool_use", "id": self._next_id("toolu"), "name": "Write",
-                         "input": {"file_path": path, "content": content}}
+                blocks = []
+                if os.path.isfile(path):
+                    # The CLI refuses to Write over a file the session has not Read ("File has
+                    # not been read yet"), so a seeded file is Read first, in the same turn.
+                    blocks.append({"type": "tool_use", "id": self._next_id("toolu"),
+                                   "name": "Read", "input": {"file_path": path}})
+                blocks.append({"type": "tool_use", "id": self._next_id("toolu"), "name": "Write",
+                               "input": {"file_path": path, "content": content}})
                 stop = "tool_use"
             else:
-                block = {"type": "text", "text": script.answer}
+                blocks = [{"type": "text", "text": script.answer}]
                 stop = "end_turn"
             usage = script.usage()
         else:  # a side request: answer briefly, report nothing spent
-            block = {"type": "text", "text": SIDE_ANSWER}
+            blocks = [{"type": "text", "text": SIDE_ANSWER}]
             stop = "end_turn"
             usage = {"input_tokens": 0, "output_tokens": 0,
                      "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
         return {"id": self._next_id("msg"), "type": "message", "role": "assistant",
-                "model": model, "content": [block], "stop_reason": stop,
+                "model": model, "content": blocks, "stop_reason": stop,
                 "stop_sequence": None, "usage": usage}
 
     def _record_call(self, key: str | None, call: dict) -> None:

@@ -160,6 +160,21 @@ def test_turns_follow_the_assistant_messages(server, tmp_path):
     assert len(server.requests("c")) == 4
 
 
+def test_an_existing_file_is_read_before_it_is_written(server, tmp_path):
+    seeded, fresh = tmp_path / "seeded.py", tmp_path / "fresh.py"
+    seeded.write_text("OLD = 1\n")
+    base = server.register("c", CellScript(writes=[(str(seeded), "NEW\n"), (str(fresh), "F\n")]))
+    events = _parse_sse(_post(_messages_url(base), _body(0))[2])
+    assert [name for name, _ in events] == EVENT_ORDER[:1] + EVENT_ORDER[1:4] * 2 + EVENT_ORDER[4:]
+    message = _reassemble(events)
+    assert [(b["name"], b["input"]) for b in message["content"]] == [
+        ("Read", {"file_path": str(seeded)}),
+        ("Write", {"file_path": str(seeded), "content": "NEW\n"})]
+    assert message["stop_reason"] == "tool_use"
+    message = _reassemble(_parse_sse(_post(_messages_url(base), _body(1))[2]))
+    assert [b["name"] for b in message["content"]] == ["Write"]
+
+
 def test_final_turn_events(server):
     base = server.register("c", CellScript(writes=[], answer="Nothing to do."))
     events = _parse_sse(_post(_messages_url(base), _body(0))[2])
@@ -374,10 +389,11 @@ def _cli_env(base_url: str, home: Path) -> dict:
     return env
 
 
-def _run_claude(claude_bin: str, base_url: str, root: Path, *extra: str) -> dict:
+def _run_claude(claude_bin: str, base_url: str, root: Path, *extra: str,
+                workspace_exists: bool = False) -> dict:
     """One headless session in root/ws; returns its stream-json lines, init, result, wall."""
     ws, home = root / "ws", root / "home"
-    ws.mkdir(parents=True)
+    ws.mkdir(parents=True, exist_ok=workspace_exists)
     home.mkdir()
     argv = [claude_bin, "-p", "Write the files you are asked for.", "--model", MODEL,
             "--permission-mode", "bypassPermissions", "--setting-sources", "project,local",
@@ -473,6 +489,22 @@ def test_real_cli_proves_the_appended_arm(plain_session):
     assert not ok and "not at the end" in why
     ok, why = prove_arm(requests, None, [], [MARKER])
     assert not ok and "Foreign text" in why and "system" in why
+
+
+def test_real_cli_overwrites_a_seeded_file(claude_bin, module_server, tmp_path):
+    seeded = tmp_path / "ws" / "seeded.py"
+    script = CellScript(writes=[(str(seeded), "NEW = 2\n"), (str(tmp_path / "ws" / "n.py"), "N\n")])
+    url = module_server.register("seeded", script)
+    seeded.parent.mkdir()
+    seeded.write_text("OLD = 1\n")
+    run = _run_claude(claude_bin, url, tmp_path, workspace_exists=True)
+    assert seeded.read_text() == "NEW = 2\n" and (tmp_path / "ws" / "n.py").read_text() == "N\n"
+    requests = module_server.requests("seeded")
+    assert len(requests) == 3  # two Write turns and the answer: the Read shares the first turn
+    assert run["result"]["usage"]["input_tokens"] == 3 * script.input_tokens
+    assert run["result"]["num_turns"] == 4  # the CLI counts the Read as a turn of its own
+    results = [b for b in requests[1]["messages"][-1]["content"] if b["type"] == "tool_result"]
+    assert len(results) == 2 and not any(b.get("is_error") for b in results)
 
 
 @pytest.fixture(scope="module")
