@@ -304,9 +304,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
 
-    def _handle(self) -> None:
-        key, endpoint = self._route()
-        status = 200
+    def _respond(self, key: str | None, endpoint: str | None) -> tuple[int, str, bytes]:
+        """(status, content type, payload) for this request; never raises, never a 5xx."""
         try:
             try:
                 raw = self._read_body()
@@ -328,21 +327,23 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _ApiError(400, "the request body must be a JSON object")
             answer = self.model._answer(key, endpoint, body)
             if endpoint == MESSAGES_PATH and body.get("stream") is True:
-                self._send(200, "text/event-stream", _sse(_message_events(answer)))
-            else:
-                self._send(200, "application/json", json.dumps(answer).encode())
+                return 200, "text/event-stream", _sse(_message_events(answer))
+            return 200, "application/json", json.dumps(answer).encode()
         except _ApiError as exc:
-            status = exc.status
-            self._send(exc.status, "application/json", _error_body(exc.message))
+            return exc.status, "application/json", _error_body(exc.message)
         except Exception as exc:  # never a 5xx: the CLI would retry it with backoff
-            status = 400
             self.close_connection = True
-            self._send(400, "application/json", _error_body(f"the stand-in failed: {exc!r}"))
-        finally:
-            self.model._record_call(key, {
-                "method": self.command, "path": self.path, "status": status,
-                "headers": {k.lower(): v for k, v in self.headers.items()},
-            })
+            return 400, "application/json", _error_body(f"the stand-in failed: {exc!r}")
+
+    def _handle(self) -> None:
+        key, endpoint = self._route()
+        status, content_type, payload = self._respond(key, endpoint)
+        # recorded before the answer leaves, so a client that has its answer sees the record
+        self.model._record_call(key, {
+            "method": self.command, "path": self.path, "status": status,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+        })
+        self._send(status, content_type, payload)
 
     do_POST = do_GET = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _handle
     do_CONNECT = do_TRACE = _handle  # e.g. a proxy pointed here by mistake: 404, not 501
