@@ -11,8 +11,12 @@ reads those bodies to prove that the arm's text (``--append-system-prompt``, a p
 SessionStart context and skills) reached the model and no other arm's text did.
 
 Side requests (no ``tools`` in the body, e.g. a title or a quick classification) get a
-short ``end_turn`` text and do not advance the script. Everything the server does not know
-gets a 4xx JSON error at once: never a 5xx, which the CLI retries with backoff.
+short ``end_turn`` text with zero usage and do not advance the script; ``count_tokens`` is
+answered too. Measured with CLI 2.1.328 in ``-p`` mode with
+``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1``, the CLI makes neither: only one
+``POST /v1/messages?beta=true`` (streamed, with tools) per turn. Everything the server does
+not know gets a 4xx JSON error at once (with ``x-should-retry: false``): never a 5xx, which
+the CLI retries with backoff.
 
 Stdlib only.
 """
