@@ -1,0 +1,277 @@
+"""The contract with the `claude` CLI: how it is called, and what its output means.
+
+The agent runs headless with stream-json output written to a transcript file in the
+workspace, never to a pipe: a killed cell keeps its transcript and the usage seen so far,
+and a child that holds a pipe open can never freeze the harness. The transcript is read
+line by line with a cap on each line, so a CLI that prints hundreds of megabytes costs
+bounded memory.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import procs
+
+# Appended to every arm's system prompt, identically. The benchmark measures the code an agent
+# writes, not its attempts to run it: agents that start servers or browsers burn tokens on
+# flailing (a login wall, a port in use) instead of code.
+WRITE_AND_STOP = (
+    "Write the implementation, with tests if you would normally write them for a change like "
+    "this. Do not run servers, install dependencies, start databases or open a browser to "
+    "verify it: write the code and stop. Only the code you write is measured."
+)
+MAX_LINE = 1024 * 1024  # a transcript line longer than this is garbage, not an event
+EXCERPT = 2000
+ROOT_REFUSAL = "cannot be used with root/sudo"
+
+STATUS_FINISHED = "finished"
+STATUS_TIMEOUT = "timeout"
+STATUS_CLI_ERROR = "cli_error"
+STATUS_BAD_OUTPUT = "bad_output"
+STATUS_WRONG_ARM = "wrong_arm"
+STATUS_NOT_RUN = "not_run"
+
+
+class CliMissing(Exception):
+    """No usable claude binary: one clear error for the session, not N failed cells."""
+
+
+def find_claude(explicit: str | None, rootdir: Path) -> str:
+    """`--ponybench-claude`, else `claude` on PATH, else the pinned `node_modules/.bin/claude`."""
+    if explicit:
+        path = shutil.which(explicit) or (explicit if Path(explicit).is_file() else None)
+        if path is None:
+            raise CliMissing(f"--ponybench-claude: {explicit} is not an executable file")
+        return str(Path(path).resolve())
+    found = shutil.which("claude")
+    if found:
+        return found
+    pinned = Path(rootdir) / "node_modules" / ".bin" / "claude"
+    if pinned.exists():
+        return str(pinned)
+    raise CliMissing(
+        "the claude CLI was not found on PATH nor at node_modules/.bin/claude: "
+        "run `npm ci` (pinned version) or `npm install -g @anthropic-ai/claude-code`, "
+        "or pass --ponybench-claude PATH"
+    )
+
+
+def claude_version(claude: str) -> str:
+    try:
+        done = subprocess.run([claude, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CliMissing(f"{claude} --version failed: {exc}") from None
+    if done.returncode != 0:
+        raise CliMissing(f"{claude} --version exited {done.returncode}: {done.stderr.strip()[:200]}")
+    return done.stdout.strip().split(" ")[0]
+
+
+def build_argv(claude: str, prompt: str, model_id: str, append: str, plugin_dir: str | None,
+               max_budget_usd: float | None = None) -> list[str]:
+    argv = [
+        claude, "-p", prompt, "--model", model_id,
+        "--permission-mode", "bypassPermissions",
+        # The user's settings (their enabled plugins and hooks) stay out: one arm, one plugin.
+        "--setting-sources", "project,local",
+        "--strict-mcp-config",
+        "--disallowedTools", "Bash",
+        "--output-format", "stream-json", "--verbose",
+        "--no-session-persistence",
+    ]
+    if plugin_dir:
+        argv += ["--plugin-dir", plugin_dir]
+    if max_budget_usd is not None:
+        argv += ["--max-budget-usd", f"{max_budget_usd:g}"]
+    return argv + ["--append-system-prompt", append]
+
+
+def agent_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")}
+    env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
+    env["DISABLE_TELEMETRY"] = "1"
+    env.update(overrides or {})
+    return env
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int | None
+    timed_out: bool
+    wall_s: float
+
+
+def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
+        transcript: Path, stderr: Path) -> RunOutcome:
+    start = time.monotonic()
+    with open(transcript, "wb") as out, open(stderr, "wb") as err:
+        proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        timed_out = procs.wait_or_kill(proc, timeout)
+        if timed_out:
+            err.write(f"\n[ponybench: killed with its process tree after {timeout:g} s]\n".encode())
+    return RunOutcome(None if timed_out else proc.returncode, timed_out, time.monotonic() - start)
+
+
+@dataclass
+class Transcript:
+    init: dict | None = None
+    result: dict | None = None
+    last_text: str = ""
+    events: int = 0
+    garbage: int = 0
+    first_garbage: str = ""
+    usage_seen: dict = field(default_factory=dict)  # summed per assistant message, for killed cells
+
+
+def _lines(path: Path):
+    """Yield transcript lines of at most MAX_LINE bytes; longer ones yield None (garbage)."""
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.readline(MAX_LINE)
+            if not chunk:
+                return
+            if chunk.endswith(b"\n") or len(chunk) < MAX_LINE:
+                yield chunk
+                continue
+            while chunk and not chunk.endswith(b"\n"):  # skip the rest of an oversized line
+                chunk = fh.readline(MAX_LINE)
+            yield None
+
+
+def read_transcript(path: Path) -> Transcript:
+    seen = Transcript()
+    if not path.exists():
+        return seen
+    usage_by_message: dict[str, dict] = {}
+    for raw in _lines(path):
+        text = raw.decode("utf-8", "replace").strip() if raw is not None else None
+        if text == "":
+            continue
+        try:
+            event = json.loads(text) if text is not None else None
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            seen.garbage += 1
+            if not seen.first_garbage:
+                seen.first_garbage = (text or "<a line over 1 MiB>")[:200]
+            continue
+        seen.events += 1
+        kind = event.get("type")
+        if kind == "system" and event.get("subtype") == "init":
+            seen.init = event
+        elif kind == "result":
+            seen.result = event
+        elif kind == "assistant" and isinstance(event.get("message"), dict):
+            message = event["message"]
+            if isinstance(message.get("usage"), dict):
+                usage_by_message[str(message.get("id", seen.events))] = message["usage"]
+            texts = [b.get("text", "") for b in message.get("content") or [] if isinstance(b, dict) and b.get("type") == "text"]
+            if texts:
+                seen.last_text = "\n".join(texts)
+    for usage in usage_by_message.values():
+        for key, value in usage.items():
+            if isinstance(value, int):
+                seen.usage_seen[key] = seen.usage_seen.get(key, 0) + value
+    return seen
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def usage_metrics(t: Transcript) -> dict:
+    """Cost, time, turns and tokens: from the result line, or the usage seen before a kill."""
+    result = t.result or {}
+    usage = result.get("usage") if isinstance(result.get("usage"), dict) else t.usage_seen
+    cost = result.get("total_cost_usd")
+    in_tokens = _int(usage.get("input_tokens"))
+    out_tokens = _int(usage.get("output_tokens"))
+    cache = None
+    if usage:
+        cache = (_int(usage.get("cache_read_input_tokens")) or 0) + (_int(usage.get("cache_creation_input_tokens")) or 0)
+    total = None if out_tokens is None else (in_tokens or 0) + out_tokens + (cache or 0)
+    model_usage = result.get("modelUsage") if isinstance(result.get("modelUsage"), dict) else {}
+    return {
+        "cost_usd": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        "duration_ms": _int(result.get("duration_ms")),
+        "turns": _int(result.get("num_turns")),
+        "denials": len(result["permission_denials"]) if isinstance(result.get("permission_denials"), list) else None,
+        "in_tokens": in_tokens, "out_tokens": out_tokens, "cache_tokens": cache, "total_tokens": total,
+        "served_model": ",".join(sorted(model_usage)) or str((t.init or {}).get("model") or ""),
+        "claude_version": str((t.init or {}).get("claude_code_version") or ""),
+        "plugins": ",".join(_plugin_label(p) for p in _plugins(t.init)),
+        "tools": ",".join(str(x) for x in (t.init or {}).get("tools") or []),
+    }
+
+
+def _plugins(init: dict | None) -> list[dict]:
+    return [p for p in (init or {}).get("plugins") or [] if isinstance(p, dict)]
+
+
+def _plugin_label(plugin: dict) -> str:
+    return str(plugin.get("name") or plugin.get("path") or "?")
+
+
+def _is_builtin(plugin: dict) -> bool:
+    return plugin.get("path") == "builtin" or plugin.get("source") == "builtin"
+
+
+def verify_arm(init: dict | None, plugin_dir: str | None) -> str | None:
+    """None when the init line shows exactly this arm; else why not, in one sentence.
+
+    The original benchmark once published a baseline in which a plugin's hook fired in every
+    arm. The init line lists what the agent really had, so a contaminated cell cannot pass.
+    """
+    if init is None:
+        return "the CLI printed no init line, so the arm it ran cannot be verified"
+    tools = [str(t) for t in init.get("tools") or []]
+    if "Bash" in tools:
+        return "Bash was available to the agent although it is disallowed for every arm"
+    loaded = [p for p in _plugins(init) if not _is_builtin(p)]
+    if plugin_dir is None:
+        if loaded:
+            return f"a plugin of another arm or of the user was loaded: {', '.join(_plugin_label(p) for p in loaded)}"
+        return None
+    want = os.path.realpath(plugin_dir)
+    mine = [p for p in loaded if os.path.realpath(str(p.get("path", ""))) == want]
+    if not mine:
+        return f"the arm's plugin ({plugin_dir}) is not among the plugins the CLI loaded"
+    others = [p for p in loaded if p not in mine]
+    if others:
+        return f"plugins besides the arm's were loaded: {', '.join(_plugin_label(p) for p in others)}"
+    return None
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-EXCERPT:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace").strip()
+
+
+def judge(outcome: RunOutcome, t: Transcript, stderr: Path, timeout: float) -> tuple[str, str]:
+    """(status, error sentence) of one agent run, before the arm is verified."""
+    if outcome.timed_out:
+        return STATUS_TIMEOUT, f"the agent ran past the cell timeout of {timeout:g} s and was killed with its process tree"
+    err = _tail(stderr)
+    if ROOT_REFUSAL in err:
+        return STATUS_CLI_ERROR, ("the CLI refuses --permission-mode bypassPermissions when run as root; "
+                                  "run as another user, or set IS_SANDBOX=1 if this machine is a disposable sandbox")
+    if t.result is not None:
+        if t.result.get("is_error") or t.result.get("subtype") not in (None, "success"):
+            detail = str(t.result.get("result") or t.result.get("subtype") or "error")[:300]
+            return STATUS_CLI_ERROR, f"the CLI ended with an error ({t.result.get('subtype')}): {detail}"
+        return STATUS_FINISHED, ""
+    if outcome.exit_code not in (0, None):
+        last = err.splitlines()[-1][:300] if err else "no output on stderr"
+        return STATUS_CLI_ERROR, f"the CLI exited with code {outcome.exit_code} before a result: {last}"
+    if t.garbage:
+        return STATUS_BAD_OUTPUT, f"the CLI's output was not stream-json ({t.garbage} unreadable lines, first: {t.first_garbage!r})"
+    return STATUS_BAD_OUTPUT, "the CLI exited without printing a result line"

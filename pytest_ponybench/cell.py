@@ -1,0 +1,162 @@
+"""One cell, start to end: seed a workspace, run the agent, score what it left behind.
+
+This is the whole lifecycle; the pytest item in `collect.py` only calls `run_cell` (or
+`rescore_cell`) and turns the record into properties and an outcome. Scoring reads only the
+kept workspace, so a rescore recomputes every figure with no agent call.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from . import agent, checks, metrics, workspace
+from .spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
+
+AGENT_RECORD = "_ponybench.agent.json"  # how the agent run ended, for rescoring
+
+
+@dataclass(frozen=True)
+class Cell:
+    task: TaskSpec
+    arm: ArmSpec
+    model: str  # alias as selected, e.g. "haiku"
+    model_id: str
+    run: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.task.name}__{self.arm.name}__{self.model}__{self.run}"
+
+    @property
+    def spec_hash(self) -> str:
+        """Changes whenever the task, the arm or the model id changes: old results of a changed
+        spec are never silently reused."""
+        key = f"{self.task.spec_hash}:{self.arm.spec_hash}:{self.model_id}"
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+class Rehearsal(Protocol):
+    """What a cell needs from rehearsal mode (see rehearsal.py)."""
+
+    def env_for(self, cell: Cell, workspace: Path) -> dict[str, str]: ...
+
+    def prove(self, cell: Cell) -> str | None: ...
+
+
+@dataclass
+class CellContext:
+    run_dir: Path
+    claude: str | None
+    timeout: float
+    arms_dir: Path
+    rehearsal: Rehearsal | None = None
+    max_budget_usd: float | None = None
+
+
+def append_text(arm: ArmSpec) -> str:
+    return f"{arm.prompt}\n\n{agent.WRITE_AND_STOP}" if arm.prompt else agent.WRITE_AND_STOP
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def identity(cell: Cell) -> dict:
+    return {"cell": cell.id, "spec_hash": cell.spec_hash, "task": cell.task.name, "arm": cell.arm.name,
+            "model": cell.model, "model_id": cell.model_id, "run": cell.run, "kind": cell.task.kind}
+
+
+def run_cell(cell: Cell, ctx: CellContext) -> dict:
+    """Run one cell and return its record (see docs/architecture.md)."""
+    ws = ctx.run_dir / cell.id
+    workspace.fresh(ws)  # a rerun starts from a fresh seed, never a half-done workspace
+    _write_json(ws / workspace.IDENTITY, identity(cell))
+    try:
+        plugin_dir = resolve_plugin_dir(cell.arm, ctx.arms_dir)
+    except SpecError as exc:
+        _write_json(ws / AGENT_RECORD, {"status": agent.STATUS_NOT_RUN, "error": str(exc)})
+        return score_cell(cell, ws)
+    workspace.seed(cell.task, ws)
+    argv = agent.build_argv(ctx.claude, cell.task.prompt, cell.model_id, append_text(cell.arm),
+                            plugin_dir, ctx.max_budget_usd)
+    overrides = ctx.rehearsal.env_for(cell, ws) if ctx.rehearsal is not None else {}
+    outcome = agent.run(argv, ws, agent.agent_env(overrides), ctx.timeout,
+                        ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
+    transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
+    status, error = agent.judge(outcome, transcript, ws / workspace.STDERR, ctx.timeout)
+    if status == agent.STATUS_FINISHED:
+        wrong = agent.verify_arm(transcript.init, plugin_dir)
+        if wrong is None and ctx.rehearsal is not None:
+            wrong = ctx.rehearsal.prove(cell)
+            status = "arm_unproven" if wrong else status
+        elif wrong is not None:
+            status = agent.STATUS_WRONG_ARM
+        error = wrong or ""
+    _write_json(ws / AGENT_RECORD, {"status": status, "error": error, "exit_code": outcome.exit_code,
+                                    "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
+                                    "plugin_dir": plugin_dir, "argv": argv[1:]})
+    return score_cell(cell, ws)
+
+
+def score_cell(cell: Cell, ws: Path) -> dict:
+    """Score a kept workspace: metrics, checks and usage. No agent call; safe to repeat."""
+    ran = _read_json(ws / AGENT_RECORD)
+    status = str(ran.get("status") or agent.STATUS_BAD_OUTPUT)
+    error = str(ran.get("error") or ("" if ran else "no record of the agent run in this workspace"))
+    transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
+    answer = (transcript.result or {}).get("result") or transcript.last_text
+    task = cell.task
+    record = {**identity(cell), "status": status, "ran": status == agent.STATUS_FINISHED,
+              "error": error, "workspace": str(ws.resolve())}
+    record.update(agent.usage_metrics(transcript))
+    if status == agent.STATUS_NOT_RUN:
+        record.update(metrics.EMPTY)
+        verdicts = {axis: checks.Verdict(False, "the agent never ran") for axis in ("correct", "safe")}
+    else:
+        record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws), answer))
+        verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout)
+    delivered = record["total_loc"] > 0
+    for axis in ("correct", "safe"):
+        if axis in verdicts:
+            ok, reason = verdicts[axis].ok, verdicts[axis].reason
+        elif axis == "correct" and task.kind != "surgical":
+            ok, reason = delivered, "ok" if delivered else "the agent delivered no code"
+        else:
+            ok, reason = True, "no check on this axis"
+        record[axis], record[f"{axis}_reason"] = int(ok), reason
+    failure = failure_line(record)
+    record["passed"] = failure is None
+    record["failure"] = failure or ""
+    _write_json(ws / workspace.RESULT, record)
+    return record
+
+
+def failure_line(record: dict) -> str | None:
+    """None when the cell passes; else one line saying which gate failed and why."""
+    if not record["ran"]:
+        return f"agent never ran properly ({record['status']}): {record['error']}"
+    if record["kind"] != "surgical" and record["total_loc"] == 0:
+        return "the agent finished but delivered no code"
+    if not record["correct"]:
+        return f"incorrect: {record['correct_reason']}"
+    if not record["safe"]:
+        return f"unsafe: {record['safe_reason']}"
+    return None
+
+
+def read_identity(ws: Path) -> dict:
+    return _read_json(ws / workspace.IDENTITY)

@@ -1,0 +1,121 @@
+"""Running a task's checks: untrusted code, in a child process, with a time limit.
+
+The check imports what the agent wrote, and that code may loop, exit, fork, crash or flood
+its output. So each check runs as `python -m pytest_ponybench.checks` in its own session,
+with the workspace as working directory, output to a bounded file, a cap on the size of any
+file it writes, and a deadline after which the whole process group is killed. The verdict
+comes back through a JSON file, never through stdout, which the agent's code controls.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import procs
+
+OUTPUT_EXCERPT = 2000  # characters of a failed check's output kept in its reason
+FILE_SIZE_LIMIT = 64 * 1024 * 1024  # a check (and the code it runs) writes no larger file
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str  # "ok", or one sentence saying why the check failed
+
+
+def _limit_child() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - OUTPUT_EXCERPT))
+            return fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float) -> Verdict:
+    """Run one check against a workspace and return its verdict; never raises for agent faults."""
+    with tempfile.TemporaryDirectory(prefix="ponybench-check-") as tmp:
+        tmpdir = Path(tmp)
+        (tmpdir / "check.py").write_text(code, encoding="utf-8")
+        verdict_path = tmpdir / "verdict.json"
+        output_path = tmpdir / "output.txt"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get("PYTHONPATH")])),
+            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace
+            "PYTHONHASHSEED": "0",
+        }
+        argv = [sys.executable, "-m", "pytest_ponybench.checks", str(tmpdir / "check.py"),
+                str(verdict_path), axis, entry or ""]
+        with open(output_path, "wb") as out:
+            proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL,
+                               stdout=out, stderr=subprocess.STDOUT, preexec_fn=_limit_child)
+            timed_out = procs.wait_or_kill(proc, timeout)
+        if timed_out:
+            return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
+        try:
+            verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
+            return Verdict(bool(verdict["ok"]), str(verdict["reason"]))
+        except (OSError, ValueError, KeyError):
+            tail = _tail(output_path).splitlines()
+            last = f": {tail[-1][:300]}" if tail else ""
+            return Verdict(False, f"{axis} check process ended with exit code {proc.returncode} "
+                                  f"without a verdict (the code under test exited or crashed){last}")
+
+
+def run_checks(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float) -> dict[str, Verdict]:
+    return {axis: run_check(code, workspace, axis, entry, timeout) for axis, code in checks.items()}
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, AssertionError):
+        message = str(exc).strip()
+        if message:
+            return message
+        frames = traceback.extract_tb(exc.__traceback__)
+        check_frames = [f for f in frames if f.filename == "<check>"]
+        line = (check_frames or frames)[-1]
+        return f"assertion failed: {(line.line or '').strip() or 'line ' + str(line.lineno)}"
+    if isinstance(exc, SystemExit):
+        return f"the code under test called exit({exc.code!r})"
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _child_main(argv: list[str]) -> None:
+    """The child: run the check code with the helper API, write the verdict, leave at once."""
+    code_path, verdict_path, axis, entry = argv
+    sys.path.insert(0, os.getcwd())  # the agent's modules import each other by name
+    from . import checklib
+
+    code = Path(code_path).read_text(encoding="utf-8")
+    try:
+        exec(compile(code, "<check>", "exec"), checklib.namespace(entry or None))
+        verdict = {"ok": True, "reason": "ok"}
+    except BaseException as exc:  # the agent's code may raise anything, SystemExit included
+        verdict = {"ok": False, "reason": _reason(exc)}
+    finally:
+        checklib.cleanup()
+    tmp = verdict_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(verdict, fh)
+    os.replace(tmp, verdict_path)
+    sys.stdout.flush()
+    os._exit(0)  # skip atexit handlers the agent's code may have registered
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])

@@ -1,0 +1,139 @@
+"""Collection: task YAML files become pytest items.
+
+Following pytest's own YAML example: a `File` collector per task yields `Item`s in a fixed,
+sorted order (every xdist worker must collect the same items), and `repr_failure` prints a
+plain sentence for an expected failure instead of a traceback.
+
+- `SelftestItem` (marker `selftest`): one reference of a gated task scores as it must.
+- `HarnessItem` (marker `selftest`): one of the harness's own instruments holds.
+- `CellItem` (marker `ponybench` and the task's tags): one task x arm x model x run.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from . import cell as cells
+from . import instruments
+from .spec import ArmSpec, SpecError, TaskSpec, load_task
+
+
+class CellFailed(Exception):
+    """A cell's expected failure: one line saying which gate failed and why."""
+
+
+class _PlainFailure:
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, (CellFailed, SpecError)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+
+class TaskFile(pytest.File):
+    def collect(self):
+        from .plugin import state_of  # the plugin owns the session-wide state
+
+        state = state_of(self.config)
+        try:
+            task = load_task(self.path, state.settings.fixtures_dir)
+        except SpecError as exc:
+            raise self.CollectError(str(exc)) from None
+        for tag in task.tags:
+            self.config.addinivalue_line("markers", f"{tag}: ponybench task tag")
+        if task.gated:
+            for side in ("good", "bad"):
+                yield SelftestItem.from_parent(self, name=f"selftest-{side}", task=task, side=side)
+        if state.settings.rescore is not None:
+            for cell, ws in state.rescore_cells(task):
+                yield CellItem.from_parent(self, name=cell.id, cell=cell, rescore_workspace=ws)
+        elif state.settings.enabled:
+            for cell in state.cells_for(task):
+                yield CellItem.from_parent(self, name=cell.id, cell=cell)
+
+
+class TasksDir(pytest.Dir):
+    """The tasks folder: its task files, plus the proofs of the harness's own instruments."""
+
+    def collect(self):
+        yield from super().collect()
+        yield HarnessItem.from_parent(self, name="harness-tree-kill", proof=instruments.prove_tree_kill)
+        yield HarnessItem.from_parent(self, name="harness-plugin-resolution",
+                                      proof=instruments.prove_plugin_resolution)
+
+
+class SelftestItem(_PlainFailure, pytest.Item):
+    def __init__(self, *, task: TaskSpec, side: str, **kwargs):
+        super().__init__(**kwargs)
+        self.task, self.side = task, side
+        self.add_marker("selftest")
+
+    def runtest(self):
+        problem = instruments.prove_reference(self.task, self.side)
+        if problem:
+            raise CellFailed(problem)
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.task.name}: {self.side} reference"
+
+
+class HarnessItem(_PlainFailure, pytest.Item):
+    def __init__(self, *, proof, **kwargs):
+        super().__init__(**kwargs)
+        self.proof = proof
+        self.add_marker("selftest")
+
+    def runtest(self):
+        problem = self.proof()
+        if problem:
+            raise CellFailed(problem)
+
+    def reportinfo(self):
+        return self.path, 0, f"harness instrument: {self.name}"
+
+
+class CellItem(_PlainFailure, pytest.Item):
+    def __init__(self, *, cell: cells.Cell, rescore_workspace: Path | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.cell = cell
+        self.rescore_workspace = rescore_workspace
+        self.add_marker("ponybench")
+        for tag in cell.task.tags:
+            self.add_marker(tag)
+        # -k selects by task, arm and model name as well as by the cell id.
+        self.extra_keyword_matches.update({cell.task.name, cell.arm.name, cell.model})
+
+    def runtest(self):
+        from .plugin import state_of
+
+        state = state_of(self.config)
+        try:
+            if self.rescore_workspace is not None:
+                record = cells.score_cell(self.cell, self.rescore_workspace)
+            else:
+                record = cells.run_cell(self.cell, state.cell_context())
+        except BaseException as exc:
+            # A pytest-timeout, a Ctrl-C or a harness bug: the agent's tree is already dead
+            # (procs' finally); keep a record that says this cell never finished.
+            self.user_properties.extend(never_ran(self.cell, f"interrupted: {type(exc).__name__}: {exc}").items())
+            raise
+        self.user_properties.extend(record.items())
+        if not record["passed"]:
+            raise CellFailed(record["failure"])
+
+    def reportinfo(self):
+        return self.path, 0, f"cell {self.cell.id}"
+
+
+def never_ran(cell: cells.Cell | None, error: str, identity: dict | None = None) -> dict:
+    """The record of a cell that produced none of its own (interrupted, or its worker died)."""
+    record = dict(identity or cells.identity(cell))
+    record.update(status="interrupted", ran=False, passed=False, correct=0, safe=0, error=error,
+                  failure=f"agent never ran properly (interrupted): {error}",
+                  correct_reason="not scored", safe_reason="not scored")
+    return record
+
+
+def arm_placeholder(name: str) -> ArmSpec:
+    """An arm that no longer has a YAML file, for rescoring an old run's cells."""
+    return ArmSpec(name=name, path=None)

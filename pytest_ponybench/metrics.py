@@ -1,0 +1,150 @@
+"""Lines of code: the over-engineering proxy. Tests are counted apart, never as bloat.
+
+Definitions (kept identical to the original benchmark's so published numbers compare):
+- code files: these extensions only, so generated images or data never count;
+- `total_loc`: non-blank lines, comments included (the bloat a verbose answer produces);
+- `src_loc`: non-blank lines that do not start with a comment marker;
+- tests: `test_*.py`, `*_test.py`, `conftest.py`, or anything under a `test/` or `tests/` folder;
+- skipped: dot and underscore files, `__pycache__`, `node_modules`, and seeded fixture files.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path, PurePosixPath
+
+CODE_EXTENSIONS = frozenset({".py", ".js", ".ts", ".jsx", ".tsx", ".html", ".css", ".go", ".rs", ".java", ".rb", ".sh"})
+COMMENT_PREFIXES = ("#", "//", "*", "/*", "*/")
+# Top-level markers where an in-file self-check starts on a surgical task.
+SELFCHECK_STARTS = ("if __name__",) + tuple(
+    f"def {name}(" for name in ("demo", "_demo", "selfcheck", "_selfcheck", "_check", "_smoke", "smoke")
+)
+# Diff paths never counted as written code: lockfiles and generated files.
+GENERATED_MARKERS = ("-lock", ".lock", ".gen.ts", "lock.json", "routeTree.gen")
+FENCED_BLOCK = re.compile(r"```[a-zA-Z0-9_+-]*\r?\n(.*?)```", re.S)
+
+EMPTY = {"files": 0, "src_files": 0, "total_loc": 0, "src_loc": 0, "test_files": 0, "test_loc": 0}
+
+
+def is_test_path(rel: str) -> bool:
+    parts = PurePosixPath(rel).parts
+    name = parts[-1].lower()
+    in_test_dir = any(part.lower() in ("test", "tests") for part in parts[:-1])
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" or in_test_dir
+
+
+def line_counts(lines) -> tuple[int, int]:
+    """(non-blank lines, non-blank lines that are not comments)."""
+    total = code = 0
+    for line in lines:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        total += 1
+        if not stripped.startswith(COMMENT_PREFIXES):
+            code += 1
+    return total, code
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="ignore").splitlines()
+    except OSError:
+        return []
+
+
+def _selfcheck_start(lines: list[str]) -> int | None:
+    for index, line in enumerate(lines):
+        if line[:1] not in (" ", "\t") and line.startswith(SELFCHECK_STARTS):
+            return index
+    return None
+
+
+def code_files(workspace: Path, seeded: set[str]) -> list[str]:
+    """Workspace-relative paths of the code files the agent delivered."""
+    found = []
+    for path in workspace.rglob("*"):
+        rel = path.relative_to(workspace).as_posix()
+        if (path.is_file() and not path.is_symlink() and path.suffix in CODE_EXTENSIONS
+                and "__pycache__" not in path.parts and "node_modules" not in path.parts
+                and not path.name.startswith((".", "_")) and rel not in seeded):
+            found.append(rel)
+    return sorted(found)
+
+
+def workspace_stats(workspace: Path, seeded: set[str] = frozenset(), selfcheck_as_test: bool = False) -> dict:
+    """LOC of the code files in a workspace. With `selfcheck_as_test` (surgical tasks), an
+    in-file self-check (a top-level `if __name__` block or demo/selfcheck function, and all
+    below it) counts as test LOC: leaving a runnable check is good practice, not bloat."""
+    files = code_files(workspace, set(seeded))
+    sources = [f for f in files if not is_test_path(f)]
+    tests = [f for f in files if is_test_path(f)]
+    test_loc = sum(line_counts(_read_lines(workspace / f))[0] for f in tests)
+    total_loc = src_loc = 0
+    for rel in sources:
+        lines = _read_lines(workspace / rel)
+        start = _selfcheck_start(lines) if selfcheck_as_test else None
+        if start is not None:
+            test_loc += line_counts(lines[start:])[0]
+            lines = lines[:start]
+        total, code = line_counts(lines)
+        total_loc += total
+        src_loc += code
+    return {"files": len(files), "src_files": len(sources), "total_loc": total_loc,
+            "src_loc": src_loc, "test_files": len(tests), "test_loc": test_loc}
+
+
+def git(workspace: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", "-c", "user.email=ponybench@localhost", "-c", "user.name=ponybench",
+         "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", *args],
+        cwd=workspace, capture_output=True, text=True, timeout=120,
+    )
+
+
+def diff_stats(workspace: Path) -> dict:
+    """Added lines of code files the agent created or changed since the seeded snapshot:
+    the '+N' a pull request shows. Lockfiles and generated files are skipped, tests apart."""
+    git(workspace, "add", "-A")
+    numstat = git(workspace, "diff", "--cached", "--numstat", "HEAD").stdout
+    stats = dict(EMPTY)
+    for row in numstat.splitlines():
+        fields = row.split("\t")
+        if len(fields) != 3 or fields[0] == "-":  # "-" marks a binary file
+            continue
+        added, rel = int(fields[0]), fields[2]
+        if (PurePosixPath(rel).suffix not in CODE_EXTENSIONS or "node_modules" in rel
+                or any(marker in rel for marker in GENERATED_MARKERS)):
+            continue
+        if is_test_path(rel):
+            stats["test_loc"] += added
+            stats["test_files"] += 1
+        else:
+            stats["total_loc"] += added
+            stats["files"] += 1
+    stats["src_files"] = stats["files"]
+    stats["src_loc"] = stats["total_loc"]
+    git(workspace, "reset", "-q")  # leave the index as the snapshot had it
+    return stats
+
+
+def answer_code_loc(text: str | None) -> tuple[int, int]:
+    """LOC of the fenced code blocks in a chat answer: (total, without comments)."""
+    total = code = 0
+    for block in FENCED_BLOCK.findall(text or ""):
+        block_total, block_code = line_counts(block.splitlines())
+        total += block_total
+        code += block_code
+    return total, code
+
+
+def cell_stats(workspace: Path, kind: str, seeded: set[str], answer: str | None) -> dict:
+    """The metrics of one cell, by task kind: fixture -> git diff; open -> files, or the
+    answer's code blocks when no file was written; surgical -> files, self-check as test."""
+    if kind == "fixture":
+        return diff_stats(workspace)
+    stats = workspace_stats(workspace, seeded, selfcheck_as_test=(kind == "surgical"))
+    if kind == "open" and stats["total_loc"] == 0 and answer:
+        total, code = answer_code_loc(answer)
+        stats.update(total_loc=total, src_loc=code, src_files=1 if total else 0)
+    return stats

@@ -1,0 +1,176 @@
+"""Command-line options and their ini equivalents.
+
+Each option reads the same on the command line and in `[tool.pytest.ini_options]`
+(`--ponybench-timeout 120` or `ponybench_timeout = 120`); the command line wins. Bad values
+are rejected by argparse types at parse time, before anything runs.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from .spec import NAME_RE
+
+
+def csv_names(value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give one or more names separated by commas")
+    for name in names:
+        if not NAME_RE.match(name) or "__" in name:
+            raise argparse.ArgumentTypeError(f"'{name}' is not a valid name (letters, digits, '.', '-', '_')")
+    return names
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
+    return number
+
+
+def positive_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number of seconds") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    return number
+
+
+def positive_usd(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not an amount in US dollars") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 dollars, got {value}")
+    return number
+
+
+def existing_dir(value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is not a directory")
+    return path.resolve()
+
+
+# name, ini type, default, help. The CLI flag is --<name with dashes>, the ini key <name>.
+INI = {
+    "ponybench_timeout": ("string", "300", "seconds one cell's agent may run before its process tree is killed"),
+    "ponybench_dir": ("string", "runs", "where runs (workspaces, results, summaries) are kept"),
+    "ponybench_claude": ("string", "", "the claude executable (default: claude on PATH, then node_modules/.bin/claude)"),
+    "ponybench_models": ("string", "haiku", "models to run, comma-separated aliases or full ids"),
+    "ponybench_arms_list": ("string", "", "arms to run, comma-separated (default: every arm in the arms folder)"),
+    "ponybench_runs": ("string", "1", "runs per task x arm x model"),
+    "ponybench_model_ids": ("linelist", [], "model aliases: lines of 'alias = full-model-id'"),
+    "ponybench_tasks": ("string", "tasks", "folder of task YAML files, relative to the rootdir"),
+    "ponybench_arms": ("string", "arms", "folder of arm YAML files, relative to the rootdir"),
+    "ponybench_fixtures": ("string", "fixtures", "folder of fixture repositories, relative to the rootdir"),
+}
+
+
+def add_run_options(group) -> None:
+    group.addoption("--ponybench", action="store_true", default=False,
+                    help="collect and run benchmark cells (without it nothing can spend)")
+    group.addoption("--models", type=csv_names, default=None, metavar="M1,M2",
+                    help="models: aliases (haiku, sonnet, opus) or full ids [ini ponybench_models, default haiku]")
+    group.addoption("--arms", type=csv_names, default=None, metavar="A1,A2",
+                    help="arms to run [ini ponybench_arms_list, default: all in arms/]")
+    group.addoption("--runs", type=positive_int, default=None, metavar="N",
+                    help="runs per task x arm x model [ini ponybench_runs, default 1]")
+    group.addoption("--ponybench-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                    help="per-cell agent timeout; the whole process tree is killed [ini ponybench_timeout, default 300]")
+
+
+def add_storage_options(group) -> None:
+    group.addoption("--ponybench-dir", default=None, metavar="DIR",
+                    help="where runs are kept [ini ponybench_dir, default runs/]")
+    group.addoption("--ponybench-claude", default=None, metavar="PATH",
+                    help="the claude CLI [ini ponybench_claude, default: PATH, then node_modules/.bin/claude]")
+    group.addoption("--ponybench-rescore", type=existing_dir, default=None, metavar="RUN_DIR",
+                    help="recompute every metric and score of a kept run, with no agent call")
+
+
+def add_ini(parser) -> None:
+    for name, (kind, default, help_text) in INI.items():
+        parser.addini(name, help=help_text, type=kind, default=default)
+
+
+def addoption(parser) -> None:
+    group = parser.getgroup("ponybench", "benchmark Claude Code arms by the code the agent writes")
+    add_run_options(group)
+    add_storage_options(group)
+    add_ini(parser)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every option resolved once: CLI value, else ini value, else default."""
+
+    enabled: bool
+    models: list[str]
+    arms: list[str] | None
+    runs: int
+    timeout: float
+    dir: Path
+    claude: str | None
+    rescore: Path | None
+    model_ids: list[str]
+    tasks_dir: Path
+    arms_dir: Path
+    fixtures_dir: Path
+
+
+def _ini_parsed(config, name: str, parse):
+    import pytest
+
+    raw = config.getini(name)
+    try:
+        return parse(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini option {name} = {raw!r}: {exc}") from None
+
+
+def check_rootdir(config, flag: str, path: Path | None) -> None:
+    """pytest decides its rootdir before plugins register their options, so in
+    `--ponybench-rescore /elsewhere/run` the path is taken for a test path and becomes the
+    rootdir: the ini file and testpaths are then silently lost. Say so instead."""
+    import pytest
+
+    if path is None:
+        return
+    root, here = Path(config.rootpath).resolve(), Path(config.invocation_params.dir).resolve()
+    if (path == root or root in path.parents) and root != here and root not in here.parents:
+        raise pytest.UsageError(
+            f"{flag} {path}: pytest took the path for a test path and chose {root} as rootdir; "
+            f"write it with '=': {flag}={path}"
+        )
+
+
+def settings(config) -> Settings:
+    opt = config.option
+    root = Path(config.rootpath)
+    models = opt.models or _ini_parsed(config, "ponybench_models", csv_names)
+    arms_ini = config.getini("ponybench_arms_list")
+    arms = opt.arms or (_ini_parsed(config, "ponybench_arms_list", csv_names) if arms_ini.strip() else None)
+    runs = opt.runs or _ini_parsed(config, "ponybench_runs", positive_int)
+    timeout = opt.ponybench_timeout or _ini_parsed(config, "ponybench_timeout", positive_seconds)
+    check_rootdir(config, "--ponybench-rescore", opt.ponybench_rescore)
+    return Settings(
+        enabled=bool(opt.ponybench or opt.ponybench_rescore),
+        models=models, arms=arms, runs=runs, timeout=timeout,
+        # A path on the command line is relative to where pytest was started, one in ini to the rootdir.
+        dir=Path(opt.ponybench_dir).resolve() if opt.ponybench_dir else (root / config.getini("ponybench_dir")).resolve(),
+        claude=opt.ponybench_claude or config.getini("ponybench_claude") or None,
+        rescore=opt.ponybench_rescore,
+        model_ids=list(config.getini("ponybench_model_ids")),
+        tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
+        arms_dir=(root / config.getini("ponybench_arms")).resolve(),
+        fixtures_dir=(root / config.getini("ponybench_fixtures")).resolve(),
+    )

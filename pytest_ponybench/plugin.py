@@ -1,0 +1,227 @@
+"""pytest hooks: thin, each handing off to the module that owns the job.
+
+Process roles under xdist: the controller validates, gates and gathers (it replays every
+worker's report through `pytest_runtest_logreport`, so results are written once, in one
+process); workers collect and run cells. Without xdist one process plays both parts.
+"""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from . import agent, instruments, options, procs, summary
+from .cell import Cell, CellContext, read_identity
+from .collect import TaskFile, TasksDir, arm_placeholder, never_ran
+from .session import RunSession, new_run_dir
+from .spec import ArmSpec, SpecError, TaskSpec, load_arms, load_task, model_ids, resolve_model
+
+STATE = pytest.StashKey["PonybenchState"]()
+
+
+@dataclass
+class PonybenchState:
+    settings: options.Settings
+    arms: dict[str, ArmSpec] = field(default_factory=dict)
+    model_ids: dict[str, str] = field(default_factory=dict)
+    run_dir: Path | None = None
+    claude: str | None = None
+    claude_version: str = ""
+    session: RunSession | None = None  # the controller's
+
+    def selected_arms(self) -> list[ArmSpec]:
+        names = self.settings.arms or sorted(self.arms)
+        return [self.arms[name] for name in names]
+
+    def cells_for(self, task: TaskSpec) -> list[Cell]:
+        return [Cell(task, arm, model, self.model_ids.get(model, model), run)
+                for arm in self.selected_arms()
+                for model in self.settings.models
+                for run in range(self.settings.runs)]
+
+    def rescore_cells(self, task: TaskSpec) -> list[tuple[Cell, Path]]:
+        found = []
+        for ws in sorted(p for p in self.settings.rescore.iterdir() if p.is_dir()):
+            ident = read_identity(ws)
+            if ident.get("task") != task.name:
+                continue
+            arm = self.arms.get(ident.get("arm")) or arm_placeholder(str(ident.get("arm")))
+            found.append((Cell(task, arm, str(ident["model"]), str(ident["model_id"]), int(ident["run"])), ws))
+        return found
+
+    def cell_context(self) -> CellContext:
+        return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
+                           arms_dir=self.settings.arms_dir)
+
+
+def state_of(config) -> PonybenchState:
+    return config.stash[STATE]
+
+
+def is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_addoption(parser):
+    options.addoption(parser)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "selftest: proves an instrument of the benchmark (no spend)")
+    config.addinivalue_line("markers", "ponybench: a benchmark cell (task x arm x model x run)")
+    settings = options.settings(config)
+    state = PonybenchState(settings=settings)
+    config.stash[STATE] = state
+    try:
+        state.model_ids = model_ids(settings.model_ids)
+        if settings.enabled:
+            state.arms = load_arms(settings.arms_dir)
+            _validate_selection(state)
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if not settings.enabled:
+        return
+    if is_worker(config):
+        state.run_dir = Path(config.workerinput["ponybench_run_dir"])
+        state.claude = config.workerinput["ponybench_claude"]
+    else:
+        state.run_dir = settings.rescore or new_run_dir(settings.dir)
+        state.session = RunSession(state.run_dir, rescore=settings.rescore is not None)
+        config.pluginmanager.register(Controller(state), "ponybench-controller")
+    # pytest's default SIGTERM handling skips `finally` blocks; make SIGTERM an interrupt so
+    # every agent process tree is killed on the way out.
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def _terminate(signum, frame):
+    procs.kill_all_live()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _validate_selection(state: PonybenchState) -> None:
+    s = state.settings
+    if not state.arms and s.rescore is None:
+        raise SpecError(f"no arms: {s.arms_dir} has no *.yaml arm files")
+    for name in s.arms or []:
+        if name not in state.arms:
+            raise SpecError(f"--arms: unknown arm '{name}'; the arms in {s.arms_dir} are {', '.join(sorted(state.arms))}")
+    for model in s.models:
+        resolve_model(model, state.model_ids)
+
+
+class Controller:
+    """Registered on the controller only (the one process under -n 0)."""
+
+    def __init__(self, state: PonybenchState):
+        self.state = state
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        """xdist: hand the run directory and the CLI to every worker."""
+        node.workerinput["ponybench_run_dir"] = str(self.state.run_dir)
+        node.workerinput["ponybench_claude"] = self.state.claude
+
+    def pytest_runtest_logreport(self, report):
+        """Every report, the controller's own or a worker's replayed: gather here, once."""
+        props = dict(report.user_properties)
+        if report.when == "call" and "cell" in props:
+            self.state.session.add(props)
+        elif report.when == "???":  # xdist: the worker died while running this item
+            ident = _identity_from_nodeid(report.nodeid)
+            if ident is not None:
+                self.state.session.add(never_ran(None, "the xdist worker running this cell crashed", ident))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path, parent):
+    state = parent.config.stash.get(STATE, None)
+    if state is not None and Path(path).resolve() == state.settings.tasks_dir:
+        return TasksDir.from_parent(parent, path=path)
+    return None
+
+
+def pytest_collect_file(file_path, parent):
+    state = parent.config.stash.get(STATE, None)
+    if (state is not None and file_path.suffix in (".yaml", ".yml")
+            and file_path.parent.resolve() == state.settings.tasks_dir):
+        return TaskFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """With --ponybench the session runs cells only: the project's other tests stay out."""
+    if not state_of(config).settings.enabled:
+        return
+    from .collect import CellItem
+
+    keep = [i for i in items if isinstance(i, CellItem)]
+    dropped = [i for i in items if not isinstance(i, CellItem)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    grace = 120 + 2 * max((i.cell.task.check_timeout for i in keep), default=30)
+    for item in keep:
+        # pytest-timeout is the net above the cell's own timeout, never the first line.
+        item.add_marker(pytest.mark.timeout(state_of(config).settings.timeout + grace, method="signal"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """The gate, on the controller, before any worker starts: a usable CLI and proven
+    instruments, or no cell runs at all."""
+    config = session.config
+    state = state_of(config)
+    if is_worker(config) or not state.settings.enabled or state.settings.rescore is not None:
+        return
+    try:
+        state.claude = agent.find_claude(state.settings.claude, config.rootpath)
+        state.claude_version = agent.claude_version(state.claude)
+    except agent.CliMissing as exc:
+        raise pytest.UsageError(str(exc)) from None
+    tasks = _loadable_tasks(state)
+    broken = instruments.prove_all(tasks)
+    if broken:
+        raise pytest.UsageError("instruments broken; refusing to spend:\n  " + "\n  ".join(broken)
+                                + "\nrun `pytest -m selftest` to see each instrument")
+
+
+def _loadable_tasks(state: PonybenchState) -> list[TaskSpec]:
+    tasks = []
+    for path in sorted(state.settings.tasks_dir.glob("*.y*ml")):
+        try:
+            tasks.append(load_task(path, state.settings.fixtures_dir))
+        except SpecError:
+            continue  # reported as that file's collection error
+    return tasks
+
+
+def _identity_from_nodeid(nodeid: str) -> dict | None:
+    name = nodeid.rsplit("::", 1)[-1]
+    parts = name.split("__")
+    if len(parts) != 4 or not parts[3].isdigit():
+        return None
+    task, arm, model, run = parts
+    return {"cell": name, "task": task, "arm": arm, "model": model, "model_id": model, "run": int(run),
+            "kind": "", "spec_hash": ""}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    state = state_of(session.config)
+    if state.session is not None:
+        state.session.finish(state.model_ids, state.claude_version)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    state = state_of(config)
+    if state.session is None:
+        return
+    tr = terminalreporter
+    rows = summary.aggregate(state.session.records)
+    tr.write_sep("=", "ponybench summary")
+    for line in summary.table_lines(rows):
+        tr.write_line(line)
+    verb = "rescored" if state.settings.rescore is not None else "ran"
+    tr.write_line(f"{verb} {len(state.session.records)} cells; kept in {state.run_dir}")

@@ -1,0 +1,360 @@
+"""Task and arm specs: YAML in, validated dataclasses out.
+
+Every problem is a `SpecError` whose message names the file, the field and what to do, so a
+collection error reads like a sentence and the other task files still collect.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+AXES = ("correct", "safe")
+HARNESS_PREFIX = "_ponybench"  # harness files in a workspace; never seeded, never counted
+
+# A name is part of a cell id and a directory name: `<task>__<arm>__<model>__<run>`.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+DEFAULT_MODEL_IDS = {
+    "haiku": "claude-haiku-4-5-20251001",
+    "sonnet": "claude-sonnet-4-6",
+    "opus": "claude-opus-4-8",
+}
+
+TASK_FIELDS = {
+    "description": "one line for humans",
+    "prompt": "the instruction to the agent (required)",
+    "file": "the entry file the checks read, relative to the workspace",
+    "seed": "{relative path: content} written before the agent starts",
+    "fixture": "a directory under fixtures/, or $VARIABLE naming a directory",
+    "open": "true: scored on LOC only (plus checks, if any)",
+    "checks": "{correct: python code, safe: python code}",
+    "refs": "{good: ..., bad: ..., axis: safe|correct}",
+    "tags": "list of markers, e.g. [safety, python]",
+    "check_timeout": "seconds each check may run (default 30)",
+    "rehearsal": "{relative path: content} the scripted model writes in rehearsal",
+}
+ARM_FIELDS = {
+    "description": "one line for humans",
+    "prompt": "text appended to the system prompt",
+    "plugin": "a plugin name or a path relative to arms/, loaded with --plugin-dir",
+    "proof": "strings that must reach the model when this arm runs (rehearsal proof)",
+}
+
+
+class SpecError(Exception):
+    """A task or arm spec that cannot be used, said in one sentence."""
+
+
+@dataclass(frozen=True)
+class Refs:
+    good: dict[str, str]  # relative path -> content, laid over the seeded workspace
+    bad: dict[str, str]
+    axis: str  # the axis the bad reference must fail
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    path: Path
+    prompt: str
+    file: str | None = None
+    seed: dict[str, str] = field(default_factory=dict)
+    fixture: Path | None = None
+    open: bool = False
+    checks: dict[str, str] = field(default_factory=dict)
+    refs: Refs | None = None
+    tags: tuple[str, ...] = ()
+    check_timeout: float = 30.0
+    rehearsal: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    spec_hash: str = ""
+
+    @property
+    def kind(self) -> str:
+        if self.fixture is not None:
+            return "fixture"
+        return "open" if self.open else "surgical"
+
+    @property
+    def gated(self) -> bool:
+        """A gated task proves its checks with a good and a bad reference before any spend."""
+        return self.refs is not None
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    name: str
+    path: Path | None
+    prompt: str | None = None
+    plugin: str | None = None
+    proof: tuple[str, ...] = ()
+    description: str = ""
+    spec_hash: str = ""
+
+    @property
+    def kind(self) -> str:
+        if self.plugin:
+            return "plugin"
+        return "prompt" if self.prompt else "baseline"
+
+
+def _short_hash(raw: object) -> str:
+    text = json.dumps(raw, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _read_mapping(path: Path) -> dict:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping of fields at the top level, got {type(raw).__name__}")
+    return raw
+
+
+def _reject_unknown(path: Path, raw: dict, known: dict[str, str]) -> None:
+    for key in raw:
+        if key not in known:
+            raise SpecError(
+                f"{path}: field '{key}': unknown field; known fields are {', '.join(sorted(known))}"
+            )
+
+
+def _text(path: Path, raw: dict, key: str, required: bool = False) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        if required:
+            raise SpecError(f"{path}: field '{key}': missing; every task needs a {key}")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(f"{path}: field '{key}': must be a non-empty string")
+    return value
+
+
+def check_relative(path: Path, fieldname: str, rel: object) -> str:
+    """A workspace-relative path: no absolute paths, no climbing out, no harness names."""
+    if not isinstance(rel, str) or not rel.strip():
+        raise SpecError(f"{path}: field '{fieldname}': paths must be non-empty strings")
+    pure = PurePosixPath(rel.replace("\\", "/"))
+    if pure.is_absolute() or re.match(r"^[A-Za-z]:", rel):
+        raise SpecError(f"{path}: field '{fieldname}': '{rel}' is absolute; give a path relative to the workspace")
+    if ".." in pure.parts:
+        raise SpecError(f"{path}: field '{fieldname}': '{rel}' climbs out of the workspace with '..'")
+    if pure.parts and pure.parts[0].startswith(HARNESS_PREFIX):
+        raise SpecError(f"{path}: field '{fieldname}': '{rel}' uses the harness prefix {HARNESS_PREFIX}")
+    return str(pure)
+
+
+def _files(path: Path, raw: dict, key: str) -> dict[str, str]:
+    value = raw.get(key) or {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{path}: field '{key}': must be a mapping of relative path to file content")
+    files = {}
+    for rel, content in value.items():
+        rel = check_relative(path, key, rel)
+        if not isinstance(content, str):
+            raise SpecError(f"{path}: field '{key}': content of '{rel}' must be a string")
+        files[rel] = content
+    return files
+
+
+def _fixture(path: Path, raw: dict, fixtures_dir: Path) -> Path | None:
+    value = raw.get("fixture")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(f"{path}: field 'fixture': must be a directory name under fixtures/ or $VARIABLE")
+    if value.startswith("$"):
+        var = value[1:].strip("{}")
+        where = os.environ.get(var)
+        if not where:
+            raise SpecError(
+                f"{path}: field 'fixture': environment variable {var} is not set; "
+                f"point it at the repository to copy"
+            )
+        target = Path(where).expanduser()
+    else:
+        target = fixtures_dir / value
+    if not target.is_dir():
+        raise SpecError(f"{path}: field 'fixture': directory {target} does not exist")
+    return target.resolve()
+
+
+def _refs(path: Path, raw: dict, entry: str | None) -> Refs | None:
+    value = raw.get("refs")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError(f"{path}: field 'refs': must be a mapping with good, bad and axis")
+    unknown = set(value) - {"good", "bad", "axis"}
+    if unknown:
+        raise SpecError(f"{path}: field 'refs': unknown key '{sorted(unknown)[0]}'; use good, bad, axis")
+    axis = value.get("axis", "safe")
+    if axis not in AXES:
+        raise SpecError(f"{path}: field 'refs.axis': '{axis}' is not an axis; use safe or correct")
+    sides = {}
+    for side in ("good", "bad"):
+        ref = value.get(side)
+        if isinstance(ref, str):
+            if entry is None:
+                raise SpecError(f"{path}: field 'refs.{side}': a plain string needs the task's 'file' field")
+            sides[side] = {entry: ref}
+        elif isinstance(ref, dict) and ref:
+            sides[side] = _files(path, {f"refs.{side}": ref}, f"refs.{side}")
+        else:
+            raise SpecError(
+                f"{path}: field 'refs.{side}': missing; give the {side} implementation of the entry file"
+            )
+    return Refs(good=sides["good"], bad=sides["bad"], axis=axis)
+
+
+def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
+    path = Path(path)
+    raw = _read_mapping(path)
+    _reject_unknown(path, raw, TASK_FIELDS)
+    name = path.stem
+    if not NAME_RE.match(name) or "__" in name:
+        raise SpecError(f"{path}: the file name '{name}' must be letters, digits, '.', '-' or '_' without '__'")
+    prompt = _text(path, raw, "prompt", required=True)
+    entry = raw.get("file")
+    if entry is not None:
+        entry = check_relative(path, "file", entry)
+    open_ = raw.get("open", False)
+    if not isinstance(open_, bool):
+        raise SpecError(f"{path}: field 'open': must be true or false")
+    checks = raw.get("checks") or {}
+    if not isinstance(checks, dict):
+        raise SpecError(f"{path}: field 'checks': must map an axis (correct, safe) to Python code")
+    for axis, code in checks.items():
+        if axis not in AXES:
+            raise SpecError(f"{path}: field 'checks.{axis}': unknown axis; use correct or safe")
+        if not isinstance(code, str) or not code.strip():
+            raise SpecError(f"{path}: field 'checks.{axis}': must be Python code as a string")
+        try:
+            compile(code, f"{path}:checks.{axis}", "exec")
+        except SyntaxError as exc:
+            raise SpecError(f"{path}: field 'checks.{axis}': Python syntax error at line {exc.lineno}: {exc.msg}") from None
+    refs = _refs(path, raw, entry)
+    fixture = _fixture(path, raw, fixtures_dir)
+    if checks and refs is None:
+        raise SpecError(
+            f"{path}: field 'refs': a task with checks must ship a good and a bad reference "
+            f"so the checks are proven before any spend"
+        )
+    if refs is not None and refs.axis not in checks:
+        raise SpecError(f"{path}: field 'refs.axis': '{refs.axis}' has no check under 'checks'")
+    if not checks and fixture is None and not open_:
+        raise SpecError(f"{path}: field 'checks': a surgical task needs checks (or mark it open: true)")
+    tags = raw.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t.isidentifier() for t in tags):
+        raise SpecError(f"{path}: field 'tags': must be a list of identifiers (used as pytest markers)")
+    timeout = raw.get("check_timeout", 30)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise SpecError(f"{path}: field 'check_timeout': must be a positive number of seconds")
+    seed = _files(path, raw, "seed")
+    rehearsal = _files(path, raw, "rehearsal")
+    description = raw.get("description") or ""
+    return TaskSpec(
+        name=name, path=path, prompt=prompt, file=entry, seed=seed, fixture=fixture, open=open_,
+        checks=dict(checks), refs=refs, tags=tuple(tags), check_timeout=float(timeout),
+        rehearsal=rehearsal, description=str(description), spec_hash=_short_hash(raw),
+    )
+
+
+def load_arm(path: Path) -> ArmSpec:
+    path = Path(path)
+    raw = _read_mapping(path) if path.read_text(encoding="utf-8").strip() else {}
+    _reject_unknown(path, raw, ARM_FIELDS)
+    name = path.stem
+    if not NAME_RE.match(name) or "__" in name:
+        raise SpecError(f"{path}: the file name '{name}' must be letters, digits, '.', '-' or '_' without '__'")
+    prompt = _text(path, raw, "prompt")
+    plugin = _text(path, raw, "plugin")
+    proof = raw.get("proof") or []
+    if isinstance(proof, str):
+        proof = [proof]
+    if not isinstance(proof, list) or not all(isinstance(p, str) and p for p in proof):
+        raise SpecError(f"{path}: field 'proof': must be a list of non-empty strings")
+    return ArmSpec(
+        name=name, path=path, prompt=prompt, plugin=plugin, proof=tuple(proof),
+        description=str(raw.get("description") or ""), spec_hash=_short_hash(raw),
+    )
+
+
+def load_arms(arms_dir: Path) -> dict[str, ArmSpec]:
+    """All arms, by name. An arm that fails to load is an error for the whole run: arms are few
+    and every cell depends on them, unlike tasks which fail one file at a time."""
+    arms = {}
+    for path in sorted(Path(arms_dir).glob("*.yaml")):
+        arm = load_arm(path)
+        arms[arm.name] = arm
+    return arms
+
+
+def model_ids(overrides: list[str]) -> dict[str, str]:
+    """Alias -> full model id: the defaults, then `alias = id` lines from configuration."""
+    ids = dict(DEFAULT_MODEL_IDS)
+    for line in overrides:
+        if not line.strip():
+            continue
+        alias, sep, full = line.partition("=")
+        if not sep or not alias.strip() or not full.strip():
+            raise SpecError(f"ponybench_model_ids: '{line}' must read 'alias = full-model-id'")
+        ids[alias.strip()] = full.strip()
+    return ids
+
+
+def resolve_model(name: str, ids: dict[str, str]) -> str:
+    if name in ids:
+        return ids[name]
+    if name.startswith("claude-"):
+        return name  # a full id passes through
+    raise SpecError(f"--models: unknown model '{name}'; use one of {', '.join(sorted(ids))} or a full claude-... id")
+
+
+def plugin_cache_dir() -> Path:
+    return Path.home() / ".claude" / "plugins" / "cache"
+
+
+def _version_key(path: Path):
+    parts = re.split(r"[.\-+]", path.name)
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts], path.stat().st_mtime
+
+
+def resolve_plugin_dir(arm: ArmSpec, arms_dir: Path, cache_dir: Path | None = None,
+                       environ: dict[str, str] | None = None) -> str | None:
+    """Where a plugin arm's plugin lives: `<NAME>_PLUGIN_DIR`, else the newest installed version
+    under ~/.claude/plugins/cache/<marketplace>/<name>/<version>, else a path relative to arms/.
+    Raises SpecError with what to do when none exists."""
+    if not arm.plugin:
+        return None
+    name = Path(arm.plugin).name
+    var = re.sub(r"[^A-Za-z0-9]", "_", name).upper() + "_PLUGIN_DIR"
+    override = (os.environ if environ is None else environ).get(var)
+    if override:
+        if not Path(override).is_dir():
+            raise SpecError(f"arm '{arm.name}': {var}={override} is not a directory")
+        return str(Path(override).resolve())
+    cache = cache_dir if cache_dir is not None else plugin_cache_dir()
+    versions = [v for v in cache.glob(f"*/{name}/*") if v.is_dir()] if cache.is_dir() else []
+    if versions:
+        return str(max(versions, key=_version_key).resolve())
+    local = (Path(arms_dir) / arm.plugin).expanduser()
+    if local.is_dir():
+        return str(local.resolve())
+    raise SpecError(
+        f"arm '{arm.name}': plugin '{arm.plugin}' not found: set {var}, install the plugin "
+        f"(looked under {cache}/*/{name}/), or give a path relative to {arms_dir}"
+    )

@@ -1,0 +1,87 @@
+"""Laying out a cell's workspace: the fixture copy, the seed files, the git snapshot.
+
+Workspaces are kept (never pytest's pruned `tmp_path`): rescoring needs them, and a scorer
+fix must never cost model spend twice.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+from pathlib import Path
+
+from .metrics import git
+from .spec import HARNESS_PREFIX, TaskSpec
+
+IDENTITY = f"{HARNESS_PREFIX}.cell.json"
+TRANSCRIPT = f"{HARNESS_PREFIX}.transcript.jsonl"
+STDERR = f"{HARNESS_PREFIX}.stderr.txt"
+FIXTURE_MANIFEST = f"{HARNESS_PREFIX}.fixture.json"
+RESULT = f"{HARNESS_PREFIX}.result.json"
+
+# What a fixture copy leaves behind: dependencies, VCS data, build output, caches, virtual
+# environments, media, and anything that looks like a secret.
+FIXTURE_SKIP = (
+    "node_modules", ".git", "build", "dist", "dist-ssr", ".vite", ".next", "out", "target",
+    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".cache", ".tox",
+    ".venv", "venv", "env", ".idea", ".vscode", "coverage", "storage", "*.log", "*.pyc",
+    "*.mp4", "*.mp3", "*.wav", "*.mov", "*.avi", "*.zip", "*.tar", "*.gz",
+    ".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "*secret*",
+    "*credential*", "*service-account*.json",
+)
+
+
+def _skipped(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in FIXTURE_SKIP)
+
+
+def copy_fixture(source: Path, workspace: Path) -> list[str]:
+    shutil.copytree(source, workspace, dirs_exist_ok=True, symlinks=True,
+                    ignore=lambda _dir, names: [n for n in names if _skipped(n)])
+    return sorted(p.relative_to(workspace).as_posix() for p in workspace.rglob("*")
+                  if p.is_file() and not p.name.startswith(HARNESS_PREFIX))
+
+
+def write_files(workspace: Path, files: dict[str, str]) -> None:
+    for rel, content in files.items():
+        target = workspace / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+
+
+def snapshot(workspace: Path) -> None:
+    """Commit the seeded tree, so the agent's work is exactly `git diff` against it."""
+    git(workspace, "init", "-q")
+    exclude = workspace / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    exclude.write_text(f"{HARNESS_PREFIX}*\n", encoding="utf-8")
+    git(workspace, "add", "-A")
+    done = git(workspace, "commit", "-q", "--no-verify", "--allow-empty", "-m", "ponybench: seeded workspace")
+    if done.returncode != 0:
+        raise RuntimeError(f"git could not snapshot the fixture in {workspace}: {done.stderr.strip()}")
+
+
+def seed(task: TaskSpec, workspace: Path, files: dict[str, str] | None = None) -> None:
+    """Fixture copy, then seed files (or `files` instead, for a reference), then snapshot."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    manifest = copy_fixture(task.fixture, workspace) if task.fixture is not None else []
+    write_files(workspace, task.seed)
+    if task.fixture is not None:
+        (workspace / FIXTURE_MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+        snapshot(workspace)
+    if files:
+        write_files(workspace, files)
+
+
+def fixture_manifest(workspace: Path) -> set[str]:
+    try:
+        return set(json.loads((workspace / FIXTURE_MANIFEST).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return set()
+
+
+def fresh(workspace: Path) -> None:
+    """An empty workspace: a rerun starts from a fresh seed, never from a half-done one."""
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    workspace.mkdir(parents=True)

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""A stand-in for the `claude` CLI, for fast tests of parsing and faults.
+
+It speaks the stream-json shape the real CLI prints (init line, assistant messages, result)
+and misbehaves on request. What it does comes from the JSON file named by PONYBENCH_FAKE:
+
+  write:    {relative path: content} to write into the working directory
+  answer:   the final text
+  mode:     "ok" (default), "hang" (sleep forever with children), "garbage", "crash",
+            "flood" (print `flood_mb` MiB without newlines, then exit 0), "no_result",
+            "error_result", "root_refusal", "escape" (also write outside the workspace)
+  extra_plugins / extra_tools: added to the init line (a wrong arm)
+  drop_plugin: leave the --plugin-dir plugin out of the init line
+  cost, input_tokens, output_tokens: usage figures
+  calls:    a file to which one line per invocation is appended
+The real binary is tested end to end against the scripted model server (tests/test_e2e.py).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def arg(argv, flag):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def main(argv):
+    if argv[:1] == ["--version"]:
+        print("2.1.328 (Claude Code)")
+        return 0
+    spec = json.loads(Path(os.environ["PONYBENCH_FAKE"]).read_text()) if os.environ.get("PONYBENCH_FAKE") else {}
+    if spec.get("calls"):
+        with open(spec["calls"], "a") as fh:
+            fh.write(json.dumps({"cwd": os.getcwd(), "argv": argv}) + "\n")
+    mode = spec.get("mode", "ok")
+    if mode == "root_refusal":
+        print("--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons",
+              file=sys.stderr)
+        return 1
+    if mode == "crash":
+        print("Segmentation fault (pretend)", file=sys.stderr)
+        return 139
+    if mode == "garbage":
+        print("this is not json\n{half a line")
+        return 0
+    if mode == "flood":
+        chunk = "x" * (1024 * 1024)
+        for _ in range(int(spec.get("flood_mb", 50))):
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+        return 0
+    plugins = [{"name": "builtin-thing", "path": "builtin", "source": "builtin"}]
+    plugin_dir = arg(argv, "--plugin-dir")
+    if plugin_dir and not spec.get("drop_plugin"):
+        plugins.append({"name": Path(plugin_dir).name, "path": plugin_dir, "source": "inline"})
+    plugins += spec.get("extra_plugins", [])
+    tools = ["Read", "Write", "Edit", "Glob", "Grep"] + spec.get("extra_tools", [])
+    if "Bash" not in (arg(argv, "--disallowedTools") or ""):
+        tools.append("Bash")
+    emit({"type": "system", "subtype": "init", "claude_code_version": "2.1.328", "model": arg(argv, "--model"),
+          "tools": tools, "plugins": plugins, "cwd": os.getcwd(), "permissionMode": arg(argv, "--permission-mode")})
+    usage = {"input_tokens": spec.get("input_tokens", 100), "output_tokens": spec.get("output_tokens", 20),
+             "cache_read_input_tokens": 5, "cache_creation_input_tokens": 7}
+    emit({"type": "assistant", "message": {"id": "msg_1", "role": "assistant", "usage": usage,
+                                           "content": [{"type": "text", "text": "Working on it."}]}})
+    for rel, content in spec.get("write", {}).items():
+        target = Path(rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    if mode == "escape":
+        Path("..", "escaped-by-agent.txt").write_text("outside")
+    if mode == "hang":
+        # A child that would outlive a careless kill, then block forever.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        time.sleep(600)
+    if mode == "no_result":
+        return 0
+    emit({"type": "result", "subtype": "error_during_execution" if mode == "error_result" else "success",
+          "is_error": mode == "error_result", "result": spec.get("answer", "Done."), "num_turns": 2,
+          "duration_ms": 1500, "duration_api_ms": 1200, "total_cost_usd": spec.get("cost", 0.0123),
+          "usage": usage, "modelUsage": {arg(argv, "--model"): {"costUSD": spec.get("cost", 0.0123)}},
+          "permission_denials": [], "stop_reason": "end_turn"})
+    return 0
+
+
+def emit(event):
+    print(json.dumps(event), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
