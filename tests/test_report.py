@@ -1,0 +1,230 @@
+"""Reports for a synthetic run directory: the Markdown tables' content, and report.html as a
+headless Chromium sees it."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pytest_ponybench import report
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def make_run(tmp_path, arms=("baseline", "terse")):
+    """Three tasks x the arms x haiku x 4 runs, each cell with its workspace and transcript.
+
+    t1: baseline correct 0/4, LOC 100,100,120,120; terse correct 4/4, LOC 50,50,60,60.
+    t2: both correct 4/4; LOC baseline 100 x4, terse 80 x4.
+    t3: both correct 4/4; LOC 100 x4 on both sides.
+    t4: a single terse cell whose agent errored (fields None), no baseline.
+    Every cell safe, cost $0.10 (the errored one None).
+    """
+    run_dir = tmp_path / "2025-01-01T00-00-00"
+    design = {
+        ("t1", "baseline"): ([0] * 4, [100, 100, 120, 120]),
+        ("t1", "terse"): ([1] * 4, [50, 50, 60, 60]),
+        ("t2", "baseline"): ([1] * 4, [100] * 4),
+        ("t2", "terse"): ([1] * 4, [80] * 4),
+        ("t3", "baseline"): ([1] * 4, [100] * 4),
+        ("t3", "terse"): ([1] * 4, [100] * 4),
+    }
+    records = []
+    for (task, arm), (correct, locs) in design.items():
+        if arm not in arms:
+            continue
+        for run, (c, loc) in enumerate(zip(correct, locs)):
+            records.append(new_cell(run_dir, task, arm, run, correct=c, safe=1, passed=bool(c),
+                                    total_loc=loc, cost_usd=0.1, out_tokens=900,
+                                    duration_ms=42000, status="finished", ran=True, error=""))
+    if "terse" in arms:
+        records.append(new_cell(run_dir, "t4", "terse", 0, correct=0, safe=0, passed=False,
+                                total_loc=None, cost_usd=None, out_tokens=None,
+                                duration_ms=None, status="cli_error", ran=False,
+                                error="claude exited with status 1"))
+    return run_dir, records
+
+
+def new_cell(run_dir, task, arm, run, **fields):
+    cell = f"{task}__{arm}__haiku__{run}"
+    workspace = run_dir / cell
+    workspace.mkdir(parents=True)
+    (workspace / "_ponybench.transcript.jsonl").write_text('{"type": "system"}\n')
+    return dict(cell=cell, task=task, arm=arm, model="haiku", run=run,
+                workspace=str(workspace), **fields)
+
+
+def table_rows(markdown, title):
+    """The rows (lists of cell strings) of the Markdown table under the heading `title`."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip("#").strip() == title)
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+    assert rows, f"no table under {title!r}"
+    return rows[0], rows[2:]  # header, body (skipping the alignment row)
+
+
+def test_markdown_tables(tmp_path):
+    run_dir, records = make_run(tmp_path)
+    paths = report.write_reports(run_dir, records)
+    assert paths == [run_dir / "summary.md", run_dir / "report.html"]
+    md = (run_dir / "summary.md").read_text()
+    assert "25 cells;" in md and "total cost $2.400" in md  # 24 cells x $0.10, one None
+
+    header, rows = table_rows(md, "t1 · haiku")
+    assert header == ["arm", "n", "ran", "correct", "safe", "LOC median", "cost/cell"]
+    assert rows == [
+        ["baseline (reference)", "4", "4", "0/4 (0%)", "4/4 (100%)", "110", "$0.100"],
+        ["terse", "4", "4", "4/4 (100%)", "4/4 (100%)", "55", "$0.100"],
+    ]
+    _, rows = table_rows(md, "t4 · haiku")
+    assert rows == [["terse", "1", "0", "0/1 (0%)", "0/1 (0%)", "- (0 with code)", "-"]]
+
+    header, rows = table_rows(md, "Arms against `baseline`, per task")
+    assert header[4:9] == ["correct Δ [95% CI]", "p (Holm)", "safe Δ [95% CI]", "p (Holm)",
+                           "LOC ratio [95% CI]"]
+    by_task = {row[0]: row for row in rows}
+    # t1 correct 4/4 vs 0/4. Newcombe: Wilson(4/4) = [4/(4+z^2), 1] = [0.5101, 1],
+    # Wilson(0/4) = [0, 0.4899]; low = 1 - sqrt(0.4899^2 + 0.4899^2) = 0.307 -> +31 pp.
+    # Fisher: 2 of C(8,4) = 70 tables as extreme, p = 0.0286; Holm over 6 tests (3 tasks x
+    # correct, safe; t4 has no test): 6 x 0.0286 = 0.171, so no rate verdict.
+    # LOC: medians 55 / 110 = 0.5; resampled medians stay within 50..60 / 100..120.
+    assert by_task["t1"][4:9] == ["+100 pp [+31, +100]", "0.0286 (0.171)", "+0 pp [-49, +49]",
+                                  "1 (1)", "0.50x [0.42, 0.60]"]
+    assert by_task["t1"][9] == "LOC fewer lines"
+    assert by_task["t2"][8:] == ["0.80x [0.80, 0.80]", "LOC fewer lines"]
+    assert by_task["t3"][8:] == ["1.00x [1.00, 1.00]", "no clear difference"]
+    assert by_task["t4"][4] == "too few runs"
+    assert by_task["t4"][9] == "too few runs to conclude: terse 1, baseline 0 (need 3 per side)"
+    assert "Holm-Bonferroni" in md and "(6 tests)" in md and "Newcombe" in md
+
+    _, rows = table_rows(md, "Arms against `baseline`, pooled over tasks")
+    # Per-task correct differences 1, 0, 0: mean +33 pp; no within-task spread, so resampling
+    # 3 tasks gives K/3 with P(K=0) = 8/27, P(K=3) = 1/27 (both > 2.5%): interval [0, 100].
+    # LOC: geometric mean of 0.5, 0.8, 1.0 = 0.4 ** (1/3) = 0.737.
+    (row,) = rows
+    assert row[:5] == ["haiku", "terse", "3", "100% [100%, 100%]", "+33 pp [+0, +100]"]
+    assert row[7].startswith("0.74x [")
+
+    _, rows = table_rows(md, "Consistency")
+    assert rows == [
+        ["baseline", "haiku", "3", "2/3 (67%)", "0/3 (0%)", "1/3 (33%)", ""],
+        ["terse", "haiku", "3", "3/3 (100%)", "0/3 (0%)", "0/3 (0%)", ""],
+    ]
+    assert "## How to read" in md
+
+
+def test_single_arm_and_broken_records_do_not_crash(tmp_path):
+    run_dir, records = make_run(tmp_path, arms=("baseline",))
+    records += [{}, {"task": None, "arm": None, "model": None, "correct": None, "safe": None,
+                     "total_loc": None, "cost_usd": None, "status": None}]
+    report.write_reports(run_dir, records)
+    md = (run_dir / "summary.md").read_text()
+    assert "only the reference arm 'baseline' ran: nothing to compare" in md
+    assert "### ? · ?" in md
+    assert "2 records lack a task, arm or model" in md
+    page = (run_dir / "report.html").read_text()
+    assert 'id="consistency"' in page and 'id="comparisons"' not in page
+
+
+def test_empty_run(tmp_path):
+    report.write_reports(tmp_path, [])
+    assert "0 cells" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "report.html").exists()
+
+
+def test_html_without_matplotlib(tmp_path, monkeypatch):
+    # A None entry in sys.modules makes the import raise ImportError, as if not installed.
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends",
+                 "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+    run_dir, records = make_run(tmp_path)
+    report.write_reports(run_dir, records)
+    page = (run_dir / "report.html").read_text()
+    assert "Plots need matplotlib: pip install pytest-ponybench[report]" in page
+    assert "<img" not in page
+    assert 'id="comparisons"' in page and 'id="cells"' in page
+
+
+# --------------------------------------------------------------------------- in a browser
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Headless Chromium (Debian package `chromium`). Skipped locally without it; in CI
+    (CI=true) its absence fails the test, because .ci/run installs it."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    message = "chromium is not installed: apt-get install -y chromium"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def dump_dom(chromium, page, tmp_path):
+    result = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=5000",
+         "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def html_tag(dom):
+    return re.search(r"<html[^>]*>", dom).group(0)
+
+
+def test_report_html_in_chromium(tmp_path, chromium):
+    pytest.importorskip("matplotlib")  # the plots need the `report` extra
+    run_dir, records = make_run(tmp_path)
+    report.write_reports(run_dir, records)
+    dom = dump_dom(chromium, run_dir / "report.html", tmp_path)
+    root = html_tag(dom)
+    # Set by the page's own script on load; a JS error would set data-js-errors.
+    assert 'data-report-ready="yes"' in root
+    assert "data-js-errors" not in root
+    assert 'data-broken-images="0"' in root
+    for table_id in ("comparisons", "pooled", "consistency", "cells"):
+        assert f'<table id="{table_id}">' in dom
+    assert dom.count("<table") == 4 + 4  # 4 task x model tables
+    images = re.findall(r'<img class="plot" alt="([^"]*)" src="data:image/png;base64,', dom)
+    assert images == ["LOC per arm and task, haiku", "Correct and safe rates with intervals, haiku",
+                      "Cost against LOC, haiku"]
+    # Relative links to each cell's workspace and transcript, nothing fetched from outside.
+    assert '<a href="t1__terse__haiku__0/">t1__terse__haiku__0/</a>' in dom
+    assert '<a href="t1__terse__haiku__0/_ponybench.transcript.jsonl">transcript</a>' in dom
+    assert not re.search(r'(src|href)="(https?:)?//', dom)
+    assert "+100 pp [+31, +100]" in dom
+
+
+def test_error_marker_catches_a_js_error(tmp_path, chromium):
+    # The marker the test above relies on does catch errors: break the page on purpose.
+    run_dir, records = make_run(tmp_path)
+    report.write_reports(run_dir, records)
+    page = run_dir / "report.html"
+    page.write_text(page.read_text().replace(
+        "</body>", "<script>notDefinedAnywhere();</script></body>"))
+    assert 'data-js-errors="1"' in html_tag(dump_dom(chromium, page, tmp_path))
+
+
+def test_report_html_without_matplotlib_in_chromium(tmp_path, chromium, monkeypatch):
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends",
+                 "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+    run_dir, records = make_run(tmp_path)
+    report.write_reports(run_dir, records)
+    dom = dump_dom(chromium, run_dir / "report.html", tmp_path)
+    assert 'data-report-ready="yes"' in html_tag(dom) and "data-js-errors" not in html_tag(dom)
+    assert 'id="plots-missing"' in dom and "pip install pytest-ponybench[report]" in dom
+    assert '<table id="comparisons">' in dom
