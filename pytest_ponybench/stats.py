@@ -181,6 +181,7 @@ class ArmStats:
     comparisons: list[ArmComparison] = field(default_factory=list)
     pooled: list[PooledComparison] = field(default_factory=list)
     consistency: list[Consistency] = field(default_factory=list)
+    unattributed: int = 0  # records without a task, arm or model: left out of everything
     note: str = ""
 
     def to_dict(self) -> dict:
@@ -626,8 +627,11 @@ def arm_stats(records: Sequence[dict], reference: str = "baseline", *,
                "loc_ratio": loc_ratio_method(n_boot),
                "pooled_rate_difference": pooled_rate_method(n_boot),
                "pooled_loc_ratio": pooled_loc_method(n_boot), "consistency": CONSISTENCY}
+    attributed = [r for r in records if all(name_of(r, k) != "?" for k in ("task", "arm", "model"))]
     result = ArmStats(reference=reference, settings=settings, methods=methods,
-                      consistency=consistency(records))
+                      consistency=consistency(attributed),
+                      unattributed=len(records) - len(attributed))
+    records = attributed
     cells = group_by(records, "model", "arm", "task")
     arms = sorted({arm for _model, arm, _task in cells})
     if reference not in arms:

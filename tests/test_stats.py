@@ -309,9 +309,10 @@ def test_unmeasured_cells_and_missing_fields_do_not_count():
         record("t", "arm", 0, 0, status="not_run"),
         {"task": "t", "arm": "arm", "model": "haiku", "status": "cli_error", "correct": None,
          "safe": None, "total_loc": None, "cost_usd": None},  # agent error, fields None
-        {"arm": "arm"},                                     # broken line: groups under '?'
+        {"arm": "arm"},                                     # broken line: no task, model
     ]
     report = stats.arm_stats(records)
+    assert report.unattributed == 1 and {c.task for c in report.comparisons} == {"t"}
     pair = next(c.stats for c in report.comparisons if c.task == "t")
     assert (pair.n, pair.correct_rate, pair.safe_rate) == (4, 1.0, 1.0)
     assert pair.correct_diff.value == pytest.approx(1.0)
