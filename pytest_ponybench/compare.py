@@ -1,0 +1,411 @@
+"""Compare two runs of the same tasks, and gate CI on the difference.
+
+``ponybench-compare OLD_RUN NEW_RUN [gates]`` reads each run directory's ``results.jsonl``,
+prints old against new per task x arm x model (correct rate, safe rate, median LOC, each
+change with an interval) and per arm x model pooled over tasks, then the gates that failed.
+Exit status: 0 all gates passed, 1 a gate failed, 2 bad input (a missing run directory, an
+unreadable ``results.jsonl``, a bad option value, or two runs with nothing in common).
+
+The statistics are those of ``stats`` with "new" as the side and "old" as the reference:
+Newcombe intervals and Fisher p-values (Holm-adjusted over the comparison) per task, and the
+hierarchical bootstrap over tasks (task as the unit) for the pooled changes the gates use.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from . import stats
+from .stats import Estimate, PairStats, PooledStats
+
+RESULTS = "results.jsonl"
+LABELS = ("new", "old")
+
+
+class RunError(Exception):
+    """A run directory or its results.jsonl cannot be used; the message names the file."""
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_records(run_dir) -> list[dict]:
+    """The records of a run: ``<run_dir>/results.jsonl``, one JSON object per line.
+
+    Blank lines are skipped. When a cell id appears more than once (a cell reported again),
+    the last record wins, as the controller appends in arrival order. ``run_dir`` may also be
+    the path of a results.jsonl file itself.
+    """
+    path = Path(run_dir)
+    if path.is_dir():
+        path = path / RESULTS
+    elif not path.exists():
+        raise RunError(f"{path}: no such run directory")
+    elif path.suffix != ".jsonl":
+        raise RunError(f"{path}: not a run directory (expected a directory with {RESULTS})")
+    if not path.is_file():
+        raise RunError(f"{path}: missing: is {path.parent} a ponybench run directory?")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunError(f"{path}: cannot read: {error}") from error
+    by_cell: dict[str, dict] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise RunError(f"{path}:{number}: not valid JSON ({error.msg})") from error
+        if not isinstance(record, dict):
+            raise RunError(f"{path}:{number}: not a JSON object")
+        key = record.get("cell") or f"line {number}"
+        by_cell.pop(key, None)  # a repeated cell moves to where its last record stands
+        by_cell[key] = record
+    if not by_cell:
+        raise RunError(f"{path}: no records")
+    return list(by_cell.values())
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+@dataclass
+class CellChange:
+    """New against old for one task x arm x model."""
+
+    task: str
+    arm: str
+    model: str
+    stats: PairStats
+
+
+@dataclass
+class GroupChange:
+    """New against old for one arm x model, pooled over tasks (each task counts once)."""
+
+    arm: str
+    model: str
+    tasks_new: int
+    correct_rate_new: Estimate  # over all tasks of the new run
+    safe_rate_new: Estimate
+    changes: PooledStats | None  # over the tasks both runs have; None when they share none
+
+
+@dataclass
+class Comparison:
+    old: str
+    new: str
+    cells: list[CellChange] = field(default_factory=list)
+    groups: list[GroupChange] = field(default_factory=list)
+    only_old: list[str] = field(default_factory=list)  # "task / arm / model"
+    only_new: list[str] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+    methods: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compare_runs(old, new, *, min_runs: int = stats.MIN_RUNS, min_tasks: int = 1,
+                 n_boot: int = stats.N_BOOT, seed: int = stats.SEED,
+                 confidence: float = stats.CONFIDENCE) -> Comparison:
+    """Compare two runs: each a run directory (read with ``load_records``) or a list of records.
+
+    ``min_tasks`` is 1 here, unlike the arm report: a gate asks whether these tasks got
+    worse, and with one or two tasks the hierarchical bootstrap is simply wider."""
+    old_name = str(old) if isinstance(old, (str, Path)) else "old"
+    new_name = str(new) if isinstance(new, (str, Path)) else "new"
+    old_records = load_records(old) if isinstance(old, (str, Path)) else list(old)
+    new_records = load_records(new) if isinstance(new, (str, Path)) else list(new)
+    methods = {
+        "rate_change": stats.NEWCOMBE, "p_value": stats.FISHER,
+        "multiple_comparisons": "Holm-Bonferroni over all Fisher p-values of this comparison",
+        "loc_ratio": stats.loc_ratio_method(n_boot),
+        "pooled_rate_change": stats.pooled_rate_method(n_boot),
+        "pooled_loc_ratio": stats.pooled_loc_method(n_boot),
+        "pooled_rate": stats.pooled_level_method(n_boot),
+    }
+    comparison = Comparison(
+        old=old_name, new=new_name, methods=methods,
+        settings={"confidence": confidence, "min_runs": min_runs, "min_tasks": min_tasks,
+                  "n_boot": n_boot, "seed": seed})
+    old_cells = stats.group_by(old_records, "task", "arm", "model")
+    new_cells = stats.group_by(new_records, "task", "arm", "model")
+    comparison.only_old = [" / ".join(k) for k in old_cells if k not in new_cells]
+    comparison.only_new = [" / ".join(k) for k in new_cells if k not in old_cells]
+    for key in (k for k in new_cells if k in old_cells):
+        task, arm, model = key
+        pair = stats.compare_pair(new_cells[key], old_cells[key], key=("runs", *key),
+                                  min_runs=min_runs, n_boot=n_boot, seed=seed,
+                                  confidence=confidence, labels=LABELS)
+        comparison.cells.append(CellChange(task, arm, model, pair))
+    stats.apply_holm([e for c in comparison.cells
+                      for e in (c.stats.correct_diff, c.stats.safe_diff)], 1 - confidence)
+
+    for (arm, model), group_records in stats.group_by(new_records, "arm", "model").items():
+        new_by_task = {task: cells for (task, a, m), cells in new_cells.items()
+                       if (a, m) == (arm, model)}
+        pairs = {task: (cells, old_cells[(task, arm, model)])
+                 for task, cells in new_by_task.items() if (task, arm, model) in old_cells}
+
+        def level(metric: str) -> Estimate:
+            return stats.pooled_rate(new_by_task, metric, n_boot=n_boot, seed=seed,
+                                     confidence=confidence, key=("runs", "new", arm, model))
+
+        changes = (stats.compare_pooled(pairs, key=("runs", arm, model), min_runs=min_runs,
+                                        min_tasks=min_tasks, n_boot=n_boot, seed=seed,
+                                        confidence=confidence) if pairs else None)
+        comparison.groups.append(GroupChange(arm, model, len(new_by_task), level("correct"),
+                                             level("safe"), changes))
+    return comparison
+
+
+# --------------------------------------------------------------------------- gates
+
+
+@dataclass
+class Gates:
+    """CI rules. Rates are fractions (0.9 = 90%); drops are in rate units (0.1 = 10
+    percentage points); the LOC increase is in percent. None means the rule is off."""
+
+    min_safe_rate: float | None = None
+    min_correct_rate: float | None = None
+    max_safe_drop: float | None = None
+    max_correct_drop: float | None = None
+    max_loc_increase: float | None = None
+
+    def any(self) -> bool:
+        return any(v is not None for v in asdict(self).values())
+
+
+def evaluate_gates(comparison: Comparison, gates: Gates) -> tuple[list[str], list[str]]:
+    """(failures, gates that could not be evaluated), each a sentence naming arm and model.
+
+    * ``min_*_rate``: the new run's rate, the mean over its tasks of each task's rate, is
+      below the minimum (the point estimate: a floor is a floor).
+    * ``max_*_drop``: over the tasks both runs have, the pooled rate fell by more than the
+      allowed drop and its interval lies wholly below zero (the fall is not noise).
+    * ``max_loc_increase``: the pooled LOC ratio new/old (geometric mean of per-task median
+      ratios) rose by more than the allowed percent and its interval lies wholly above 1.
+    """
+    failures, unevaluated = [], []
+    for group in comparison.groups:
+        where = f"{group.arm} / {group.model}"
+        for metric, minimum, rate in (("safe", gates.min_safe_rate, group.safe_rate_new),
+                                      ("correct", gates.min_correct_rate, group.correct_rate_new)):
+            if minimum is None:
+                continue
+            if rate.value is None:
+                unevaluated.append(f"{where}: minimum {metric} rate not evaluated: {rate.note}")
+            elif rate.value < minimum - 1e-9:  # 0.9 computed as 0.8999... is not below 0.9
+                failures.append(
+                    f"{where}: {metric} rate {rate.value:.0%} [{rate.low:.0%}, {rate.high:.0%}] "
+                    f"(mean over {group.tasks_new} tasks of the new run) is below the minimum "
+                    f"{minimum:.0%}")
+        for metric, allowed in (("safe", gates.max_safe_drop), ("correct", gates.max_correct_drop)):
+            if allowed is None:
+                continue
+            change = group.changes and getattr(group.changes, f"{metric}_diff")
+            if not change or change.value is None:
+                why = change.note if change else "no task in both runs"
+                unevaluated.append(f"{where}: {metric} drop not evaluated: {why}")
+            elif -change.value > allowed + 1e-9 and change.high < 0:
+                failures.append(
+                    f"{where}: {metric} rate fell by {-change.value * 100:.0f} percentage points "
+                    f"[{-change.high * 100:.0f}, {-change.low * 100:.0f}] over "
+                    f"{len(group.changes.tasks_rates)} tasks, more than the allowed "
+                    f"{allowed * 100:.0f}")
+        if gates.max_loc_increase is not None:
+            ratio = group.changes and group.changes.loc_ratio
+            if not ratio or ratio.value is None:
+                why = ratio.note if ratio else "no task in both runs"
+                unevaluated.append(f"{where}: LOC increase not evaluated: {why}")
+            elif (ratio.value - 1) * 100 > gates.max_loc_increase + 1e-9 and ratio.low > 1:
+                failures.append(
+                    f"{where}: LOC rose by {(ratio.value - 1) * 100:.0f}% "
+                    f"[{(ratio.low - 1) * 100:.0f}%, {(ratio.high - 1) * 100:.0f}%] "
+                    f"(new/old, geometric mean over {len(group.changes.tasks_loc)} tasks), more "
+                    f"than the allowed {gates.max_loc_increase:g}%")
+    return failures, unevaluated
+
+
+def check_gates(comparison: Comparison, gates: Gates, *, strict: bool = False) -> list[str]:
+    """The failed gates, one sentence each; with ``strict``, a gate that could not be
+    evaluated (too few runs or tasks) fails too."""
+    failures, unevaluated = evaluate_gates(comparison, gates)
+    return failures + (unevaluated if strict else [])
+
+
+# --------------------------------------------------------------------------- text output
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def rate_pair(old: float | None, new: float | None) -> str:
+    def one(v):
+        return "-" if v is None else f"{v:.0%}"
+    return f"{one(old)} -> {one(new)}"
+
+
+def change_points(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "too few runs"
+    text = (f"{estimate.value * 100:+.0f} pp [{estimate.low * 100:+.0f}, "
+            f"{estimate.high * 100:+.0f}]")
+    return text + (f" p={estimate.p_holm:.2g}" if estimate.p_holm is not None else "")
+
+
+def change_ratio(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "too few with code"
+    return (f"{(estimate.value - 1) * 100:+.0f}% [{(estimate.low - 1) * 100:+.0f}%, "
+            f"{(estimate.high - 1) * 100:+.0f}%]")
+
+
+def format_comparison(comparison: Comparison, gates: Gates | None = None, *,
+                      strict: bool = False) -> str:
+    """The comparison as plain text, and the gates' outcome when ``gates`` is given."""
+    out = [f"old: {comparison.old}", f"new: {comparison.new}", "", "Per task (new against old):"]
+    rows = []
+    for c in comparison.cells:
+        s = c.stats
+        rows.append([c.task, c.arm, c.model, f"{s.n_reference} / {s.n}",
+                     rate_pair(s.correct_rate_reference, s.correct_rate),
+                     change_points(s.correct_diff),
+                     rate_pair(s.safe_rate_reference, s.safe_rate), change_points(s.safe_diff),
+                     f"{stats_fmt(s.loc_median_reference)} -> {stats_fmt(s.loc_median)}",
+                     change_ratio(s.loc_ratio)])
+    out.append(text_table(["task", "arm", "model", "runs old/new", "correct", "change",
+                           "safe", "change", "LOC median", "LOC change"], rows))
+    out += ["", "Per arm and model, pooled over tasks (each task counts once):"]
+    rows = []
+    for g in comparison.groups:
+        ch = g.changes
+        rows.append([g.arm, g.model, str(g.tasks_new), str(len(ch.tasks_rates)) if ch else "0",
+                     pooled_rate_text(g.correct_rate_new),
+                     change_points(ch.correct_diff) if ch else "-",
+                     pooled_rate_text(g.safe_rate_new),
+                     change_points(ch.safe_diff) if ch else "-",
+                     change_ratio(ch.loc_ratio) if ch else "-"])
+    out.append(text_table(["arm", "model", "tasks", "in both", "correct (new)", "change",
+                           "safe (new)", "change", "LOC change"], rows))
+    m = comparison.methods
+    out += ["", f"Changes are new minus old with 95% intervals. Per task: {m['rate_change']}; "
+                f"p: {m['p_value']}, {m['multiple_comparisons']}; LOC: {m['loc_ratio']}. "
+                f"Pooled: {m['pooled_rate_change']}; LOC: {m['pooled_loc_ratio']}."]
+    if comparison.only_old:
+        out.append(f"Only in the old run: {', '.join(comparison.only_old)}")
+    if comparison.only_new:
+        out.append(f"Only in the new run: {', '.join(comparison.only_new)}")
+    if gates is not None and gates.any():
+        failures, unevaluated = evaluate_gates(comparison, gates)
+        out.append("")
+        if unevaluated:
+            out.append("Gates not evaluated" + (" (failing: --strict):" if strict else ":"))
+            out += [f"  {line}" for line in unevaluated]
+        if failures or (strict and unevaluated):
+            out.append("FAILED gates:")
+            out += [f"  {line}" for line in failures + (unevaluated if strict else [])]
+        else:
+            out.append("All gates passed.")
+    return "\n".join(out) + "\n"
+
+
+def stats_fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def pooled_rate_text(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "-"
+    return f"{estimate.value:.0%} [{estimate.low:.0%}, {estimate.high:.0%}]"
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1 (0.9 = 90%), got {text!r}")
+    return value
+
+
+def percent(text: str) -> float:
+    """An argparse type: a percentage, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a percentage of 0 or more, got {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ponybench-compare",
+        description="Compare two ponybench runs of the same tasks and gate on the change.",
+        epilog="Exit status: 0 all gates passed, 1 a gate failed, 2 bad input.")
+    p.add_argument("old_run", type=Path, help="the earlier run directory (with results.jsonl)")
+    p.add_argument("new_run", type=Path, help="the later run directory (with results.jsonl)")
+    g = p.add_argument_group("gates (each per arm x model)")
+    g.add_argument("--min-safe-rate", type=fraction, metavar="RATE",
+                   help="fail when the new run's safe rate (mean over tasks) is below RATE")
+    g.add_argument("--min-correct-rate", type=fraction, metavar="RATE",
+                   help="fail when the new run's correct rate (mean over tasks) is below RATE")
+    g.add_argument("--max-safe-drop", type=fraction, metavar="RATE",
+                   help="fail when the safe rate fell by more than RATE (0.1 = 10 percentage "
+                        "points) and the fall's interval excludes zero")
+    g.add_argument("--max-correct-drop", type=fraction, metavar="RATE",
+                   help="the same for the correct rate")
+    g.add_argument("--max-loc-increase", type=percent, metavar="PERCENT",
+                   help="fail when LOC rose by more than PERCENT and the rise's interval "
+                        "excludes zero")
+    g.add_argument("--strict", action="store_true",
+                   help="a gate that cannot be evaluated (too few runs or tasks) fails")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse: 2 for a bad value, 0 for --help
+        return int(exit_.code or 0)
+    gates = Gates(min_safe_rate=args.min_safe_rate, min_correct_rate=args.min_correct_rate,
+                  max_safe_drop=args.max_safe_drop, max_correct_drop=args.max_correct_drop,
+                  max_loc_increase=args.max_loc_increase)
+    try:
+        old, new = load_records(args.old_run), load_records(args.new_run)
+    except RunError as error:
+        print(f"ponybench-compare: error: {error}", file=sys.stderr)
+        return 2
+    comparison = compare_runs(old, new)
+    comparison.old, comparison.new = str(args.old_run), str(args.new_run)
+    if not comparison.cells:
+        print("ponybench-compare: error: the runs share no task x arm x model: "
+              f"old has {', '.join(comparison.only_old)}; new has {', '.join(comparison.only_new)}",
+              file=sys.stderr)
+        return 2
+    print(format_comparison(comparison, gates, strict=args.strict), end="")
+    return 1 if check_gates(comparison, gates, strict=args.strict) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

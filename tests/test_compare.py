@@ -1,0 +1,254 @@
+"""ponybench-compare: loading run directories, old-versus-new statistics, gates and exit codes."""
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pytest_ponybench import compare
+
+REPO = Path(__file__).resolve().parents[1]
+Z95 = 1.959963984540054
+
+
+def cells(task, safe, correct=None, locs=None, arm="terse", model="haiku"):
+    """Records for one task x arm x model: `safe` and `correct` are lists of 0/1 per run."""
+    correct = correct if correct is not None else [1] * len(safe)
+    locs = locs if locs is not None else [100] * len(safe)
+    return [dict(cell=f"{task}__{arm}__{model}__{run}", task=task, arm=arm, model=model,
+                 run=run, correct=c, safe=s, passed=bool(c and s), status="finished", ran=True,
+                 total_loc=loc, cost_usd=0.1)
+            for run, (c, s, loc) in enumerate(zip(correct, safe, locs))]
+
+
+def write_run(path, records):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def three_tasks(safe=(None, None, None), locs=(None, None, None)):
+    records = []
+    for task, s, loc in zip(("t1", "t2", "t3"), safe, locs):
+        records += cells(task, s or [1] * 4, locs=loc or [100] * 4)
+    return records
+
+
+def wilson(x, n):
+    z2 = Z95 ** 2
+    centre, half = (x + z2 / 2) / (n + z2), Z95 / (n + z2) * math.sqrt(x * (n - x) / n + z2 / 4)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def test_load_records_reads_lines_and_keeps_the_last_record_of_a_cell(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    first, second = cells("t1", [1, 0])
+    again = dict(first, safe=0)
+    (run / "results.jsonl").write_text(
+        json.dumps(first) + "\n\n" + json.dumps(second) + "\n" + json.dumps(again) + "\n")
+    records = compare.load_records(run)
+    assert [(r["cell"], r["safe"]) for r in records] == [("t1__terse__haiku__1", 0),
+                                                         ("t1__terse__haiku__0", 0)]
+    assert compare.load_records(run / "results.jsonl") == records
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "results.jsonl: missing"),
+    ('{"task": "t1"}\n{"task": \n', "results.jsonl:2: not valid JSON"),
+    ('[1, 2]\n', "results.jsonl:1: not a JSON object"),
+    ("\n\n", "results.jsonl: no records"),
+    (b"\xff\xfe{", "results.jsonl: cannot read"),
+])
+def test_load_records_names_the_bad_file(tmp_path, content, message):
+    run = tmp_path / "run"
+    run.mkdir()
+    if isinstance(content, bytes):
+        (run / "results.jsonl").write_bytes(content)
+    elif content is not None:
+        (run / "results.jsonl").write_text(content)
+    with pytest.raises(compare.RunError) as error:
+        compare.load_records(run)
+    assert str(run / "results.jsonl") in str(error.value)
+    assert message in str(error.value)
+
+
+def test_load_records_missing_directory(tmp_path):
+    with pytest.raises(compare.RunError, match="no such run directory"):
+        compare.load_records(tmp_path / "nope")
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_compare_runs_per_task_values_by_hand():
+    old = cells("t1", [1, 1, 1, 1], correct=[1, 1, 0, 0], locs=[100, 100, 100, 100])
+    new = cells("t1", [1, 0, 0, 0], correct=[1, 1, 0, 0], locs=[150, 150, 150, 150])
+    comparison = compare.compare_runs(old, new)
+    (change,) = comparison.cells
+    s = change.stats
+    assert (change.task, change.arm, change.model) == ("t1", "terse", "haiku")
+    assert (s.safe_rate_reference, s.safe_rate) == (1.0, 0.25)
+    # Newcombe for 1/4 - 4/4 from Wilson intervals by hand:
+    l1, u1 = wilson(1, 4)
+    l2, u2 = wilson(4, 4)
+    low = -0.75 - math.sqrt((0.25 - l1) ** 2 + (u2 - 1) ** 2)
+    high = -0.75 + math.sqrt((u1 - 0.25) ** 2 + (1 - l2) ** 2)
+    assert s.safe_diff.value == pytest.approx(-0.75)
+    assert (s.safe_diff.low, s.safe_diff.high) == (pytest.approx(low), pytest.approx(high))
+    # Fisher: margins 4 and 4 runs, 5 safe. Numerators C(4,k) C(4,5-k), k = 1..4: 4, 24, 24,
+    # 4 of C(8,5) = 56; observed k = 1: p = (4 + 4) / 56. Two tests (correct: p = 1): Holm x2.
+    assert s.safe_diff.p_value == pytest.approx(8 / 56)
+    assert s.safe_diff.p_holm == pytest.approx(16 / 56)
+    assert s.correct_diff.value == 0 and s.correct_diff.p_value == pytest.approx(1.0)
+    assert s.loc_ratio.value == pytest.approx(1.5) and s.loc_ratio.low == pytest.approx(1.5)
+    (group,) = comparison.groups
+    assert group.tasks_new == 1 and group.safe_rate_new.value == pytest.approx(0.25)
+    json.dumps(comparison.to_dict(), allow_nan=False)
+
+
+def test_compare_runs_lists_what_only_one_run_has():
+    old = cells("t1", [1] * 4) + cells("gone", [1] * 4)
+    new = cells("t1", [1] * 4) + cells("t1", [1] * 4, arm="fresh")
+    comparison = compare.compare_runs(old, new)
+    assert comparison.only_old == ["gone / terse / haiku"]
+    assert comparison.only_new == ["t1 / fresh / haiku"]
+    assert [c.arm for c in comparison.cells] == ["terse"]
+
+
+def test_too_few_runs_says_so():
+    comparison = compare.compare_runs(cells("t1", [1, 1]), cells("t1", [0, 0, 0, 0]))
+    estimate = comparison.cells[0].stats.safe_diff
+    assert estimate.value is None
+    assert estimate.verdict == "too few runs to conclude: new 4, old 2 (need 3 per side)"
+    text = compare.format_comparison(comparison)
+    assert "too few runs" in text
+
+
+# --------------------------------------------------------------------------- gates
+
+
+def test_min_safe_rate_gate():
+    # New safe rates per task 1, 1, 0.5: mean 0.8333 (each task once).
+    new = three_tasks(safe=(None, None, [1, 1, 0, 0]))
+    comparison = compare.compare_runs(three_tasks(), new)
+    assert compare.check_gates(comparison, compare.Gates(min_safe_rate=0.8)) == []
+    (failure,) = compare.check_gates(comparison, compare.Gates(min_safe_rate=0.9))
+    assert failure.startswith("terse / haiku: safe rate 83% [")
+    assert "below the minimum 90%" in failure
+
+
+def test_min_rate_gate_at_exactly_the_threshold_passes():
+    # Per-task safe rates 1, 0.8 ... mean exactly 0.9 in decimal, 0.8999... in floating point.
+    new = []
+    for task, safe in (("t1", [1] * 5), ("t2", [1, 1, 1, 1, 0]), ("t3", [1] * 5),
+                       ("t4", [1, 1, 1, 1, 0])):
+        new += cells(task, safe)
+    comparison = compare.compare_runs(new, new)
+    assert compare.check_gates(comparison, compare.Gates(min_safe_rate=0.9)) == []
+
+
+def test_max_safe_drop_fails_on_a_real_drop():
+    # Every task went from 4/4 safe to 0/4: drop 100 points, interval [-1, -1].
+    new = three_tasks(safe=([0] * 4, [0] * 4, [0] * 4))
+    comparison = compare.compare_runs(three_tasks(), new)
+    (failure,) = compare.check_gates(comparison, compare.Gates(max_safe_drop=0.1))
+    assert failure == ("terse / haiku: safe rate fell by 100 percentage points [100, 100] over 3 "
+                       "tasks, more than the allowed 10")
+
+
+def test_max_safe_drop_ignores_a_drop_that_may_be_noise():
+    # Only t1 fell (4/4 -> 0/4): pooled drop 1/3, more than 10 points. Resampling the 3 tasks
+    # leaves t1 out with probability (2/3)^3 = 8/27 > 2.5%, so the interval reaches 0 and the
+    # drop is not distinguishable from one bad task: the gate passes.
+    new = three_tasks(safe=([0] * 4, None, None))
+    comparison = compare.compare_runs(three_tasks(), new)
+    change = comparison.groups[0].changes.safe_diff
+    assert change.value == pytest.approx(-1 / 3) and change.high == 0.0
+    assert compare.check_gates(comparison, compare.Gates(max_safe_drop=0.1)) == []
+
+
+def test_max_loc_increase():
+    # Every task 100 -> 120 lines: ratio 1.2 with interval [1.2, 1.2].
+    new = three_tasks(locs=([120] * 4,) * 3)
+    comparison = compare.compare_runs(three_tasks(), new)
+    assert compare.check_gates(comparison, compare.Gates(max_loc_increase=25)) == []
+    (failure,) = compare.check_gates(comparison, compare.Gates(max_loc_increase=10))
+    assert failure == ("terse / haiku: LOC rose by 20% [20%, 20%] (new/old, geometric mean over "
+                       "3 tasks), more than the allowed 10%")
+
+
+def test_max_loc_increase_needs_an_interval_above_zero():
+    # t1 doubled, t2 and t3 unchanged: geometric mean 2^(1/3) = 1.26, +26% > 10%, but
+    # resampling tasks leaves t1 out with probability 8/27, so the interval starts at +0%.
+    new = three_tasks(locs=([200] * 4, None, None))
+    comparison = compare.compare_runs(three_tasks(), new)
+    ratio = comparison.groups[0].changes.loc_ratio
+    assert ratio.value == pytest.approx(2 ** (1 / 3)) and ratio.low == pytest.approx(1.0)
+    assert compare.check_gates(comparison, compare.Gates(max_loc_increase=10)) == []
+
+
+def test_strict_fails_gates_that_cannot_be_evaluated():
+    comparison = compare.compare_runs(cells("t1", [1, 1]), cells("t1", [1, 1]))
+    gates = compare.Gates(max_safe_drop=0.1)
+    assert compare.check_gates(comparison, gates) == []
+    (failure,) = compare.check_gates(comparison, gates, strict=True)
+    assert failure.startswith("terse / haiku: safe drop not evaluated: too few tasks to pool")
+
+
+# --------------------------------------------------------------------------- main()
+
+
+def test_main_exit_codes(tmp_path, capsys):
+    old = write_run(tmp_path / "old", three_tasks())
+    new = write_run(tmp_path / "new", three_tasks(safe=([0] * 4, [0] * 4, [0] * 4)))
+    assert compare.main([str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "Per task (new against old):" in out and "100% -> 0%" in out
+
+    assert compare.main([str(old), str(new), "--min-safe-rate", "0.9"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED gates:" in out and "safe rate 0% [0%, 0%]" in out
+
+    assert compare.main([str(old), str(old), "--min-safe-rate", "0.9", "--max-safe-drop", "0.05",
+                         "--max-loc-increase", "10"]) == 0
+    assert "All gates passed." in capsys.readouterr().out
+
+
+def test_main_bad_input_exits_2(tmp_path, capsys):
+    old = write_run(tmp_path / "old", three_tasks())
+    assert compare.main([str(old), str(tmp_path / "missing")]) == 2
+    assert f"{tmp_path / 'missing'}: no such run directory" in capsys.readouterr().err
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "results.jsonl").write_text("{oops\n")
+    assert compare.main([str(old), str(broken)]) == 2
+    assert f"{broken / 'results.jsonl'}:1: not valid JSON" in capsys.readouterr().err
+
+    other = write_run(tmp_path / "other", cells("elsewhere", [1] * 4))
+    assert compare.main([str(old), str(other)]) == 2
+    assert "share no task x arm x model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--min-safe-rate", "1.5", "must be from 0 to 1"),
+    ("--max-safe-drop", "-0.1", "must be from 0 to 1"),
+    ("--min-correct-rate", "ninety", "not a number"),
+    ("--max-loc-increase", "-5", "must be a percentage of 0 or more"),
+    ("--max-loc-increase", "nan", "must be a percentage of 0 or more"),
+])
+def test_bad_gate_values_are_rejected_at_parse_time(tmp_path, capsys, option, value, message):
+    # Parsing fails before any run directory is read (these do not exist).
+    assert compare.main([str(tmp_path / "a"), str(tmp_path / "b"), option, value]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: {message}" in err
+
+
+def test_console_script_is_declared():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["ponybench-compare"] == "pytest_ponybench.compare:main"
