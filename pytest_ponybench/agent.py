@@ -62,6 +62,26 @@ def find_claude(explicit: str | None, rootdir: Path) -> str:
     )
 
 
+CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+                  "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
+
+
+def real_run_problem() -> str | None:
+    """Why a real (paid) run cannot start here, in one sentence; None when it can.
+
+    Said once, before any cell, instead of as N identical failures. Never answered by quietly
+    rehearsing instead: a rehearsal's figures must not pass for a real model's."""
+    config_dir = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    logged_in = (config_dir / ".credentials.json").is_file()
+    if not logged_in and not any(os.environ.get(var) for var in CREDENTIAL_ENV):
+        return ("no credentials for a real run: set ANTHROPIC_API_KEY or log in with `claude` first; "
+                "to see the whole benchmark work at zero spend, add --ponybench-rehearse")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and os.environ.get("IS_SANDBOX") != "1":
+        return ("running as root: the CLI refuses --permission-mode bypassPermissions for root; run as "
+                "another user, or set IS_SANDBOX=1 if this machine is a disposable sandbox")
+    return None
+
+
 def claude_version(claude: str) -> str:
     try:
         done = subprocess.run([claude, "--version"], capture_output=True, text=True, timeout=60)

@@ -17,6 +17,7 @@ from . import agent, checks, metrics, workspace
 from .spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
 AGENT_RECORD = "_ponybench.agent.json"  # how the agent run ended, for rescoring
+STATUS_ARM_UNPROVEN = "arm_unproven"  # rehearsal: the arm's text never reached the model
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,12 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
         wrong = agent.verify_arm(transcript.init, plugin_dir)
         if wrong is None and ctx.rehearsal is not None:
             wrong = ctx.rehearsal.prove(cell)
-            status = "arm_unproven" if wrong else status
+            status = STATUS_ARM_UNPROVEN if wrong else status
         elif wrong is not None:
             status = agent.STATUS_WRONG_ARM
         error = wrong or ""
-    _write_json(ws / AGENT_RECORD, {"status": status, "error": error, "exit_code": outcome.exit_code,
+    _write_json(ws / AGENT_RECORD, {"status": status, "error": error, "rehearsal": ctx.rehearsal is not None,
+                                    "exit_code": outcome.exit_code,
                                     "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
                                     "plugin_dir": plugin_dir, "argv": argv[1:]})
     return score_cell(cell, ws)
@@ -121,7 +123,7 @@ def score_cell(cell: Cell, ws: Path) -> dict:
     answer = (transcript.result or {}).get("result") or transcript.last_text
     task = cell.task
     record = {**identity(cell), "status": status, "ran": status == agent.STATUS_FINISHED,
-              "error": error, "workspace": str(ws.resolve())}
+              "error": error, "rehearsal": bool(ran.get("rehearsal")), "workspace": str(ws.resolve())}
     record.update(agent.usage_metrics(transcript))
     if status == agent.STATUS_NOT_RUN:
         record.update(metrics.EMPTY)

@@ -88,6 +88,14 @@ def add_run_options(group) -> None:
                     help="per-cell agent timeout; the whole process tree is killed [ini ponybench_timeout, default 300]")
 
 
+def add_rehearsal_options(group) -> None:
+    group.addoption("--ponybench-rehearse", action="store_true", default=False,
+                    help="run every cell through the real CLI against a scripted model on 127.0.0.1: "
+                         "zero spend, no credentials; proves each arm reached the model")
+    group.addoption("--ponybench-rehearse-ref", choices=("good", "bad"), default="good",
+                    help="which reference the scripted model writes (bad shows the gates catch it) [default good]")
+
+
 def add_storage_options(group) -> None:
     group.addoption("--ponybench-dir", default=None, metavar="DIR",
                     help="where runs are kept [ini ponybench_dir, default runs/]")
@@ -105,6 +113,7 @@ def add_ini(parser) -> None:
 def addoption(parser) -> None:
     group = parser.getgroup("ponybench", "benchmark Claude Code arms by the code the agent writes")
     add_run_options(group)
+    add_rehearsal_options(group)
     add_storage_options(group)
     add_ini(parser)
 
@@ -121,6 +130,8 @@ class Settings:
     dir: Path
     claude: str | None
     rescore: Path | None
+    rehearse: bool
+    rehearse_ref: str
     model_ids: list[str]
     tasks_dir: Path
     arms_dir: Path
@@ -162,6 +173,7 @@ def settings(config) -> Settings:
     runs = opt.runs or _ini_parsed(config, "ponybench_runs", positive_int)
     timeout = opt.ponybench_timeout or _ini_parsed(config, "ponybench_timeout", positive_seconds)
     check_rootdir(config, "--ponybench-rescore", opt.ponybench_rescore)
+    check_rootdir(config, "--ponybench-dir", Path(opt.ponybench_dir).resolve() if opt.ponybench_dir else None)
     return Settings(
         enabled=bool(opt.ponybench or opt.ponybench_rescore),
         models=models, arms=arms, runs=runs, timeout=timeout,
@@ -169,6 +181,8 @@ def settings(config) -> Settings:
         dir=Path(opt.ponybench_dir).resolve() if opt.ponybench_dir else (root / config.getini("ponybench_dir")).resolve(),
         claude=opt.ponybench_claude or config.getini("ponybench_claude") or None,
         rescore=opt.ponybench_rescore,
+        rehearse=bool(opt.ponybench_rehearse),
+        rehearse_ref=opt.ponybench_rehearse_ref,
         model_ids=list(config.getini("ponybench_model_ids")),
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),

@@ -6,14 +6,17 @@ process); workers collect and run cells. Without xdist one process plays both pa
 """
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from . import agent, instruments, options, procs, summary
-from .cell import Cell, CellContext, read_identity
+from .cell import STATUS_ARM_UNPROVEN, Cell, CellContext, read_identity
 from .collect import TaskFile, TasksDir, arm_placeholder, never_ran
 from .session import RunSession, new_run_dir
 from .spec import ArmSpec, SpecError, TaskSpec, load_arms, load_task, model_ids, resolve_model
@@ -30,6 +33,7 @@ class PonybenchState:
     claude: str | None = None
     claude_version: str = ""
     session: RunSession | None = None  # the controller's
+    rehearsal: object | None = None  # this process's rehearsal.Rehearsal, started lazily
 
     def selected_arms(self) -> list[ArmSpec]:
         names = self.settings.arms or sorted(self.arms)
@@ -52,8 +56,19 @@ class PonybenchState:
         return found
 
     def cell_context(self) -> CellContext:
+        if self.settings.rehearse and self.rehearsal is None:
+            from .rehearsal import Rehearsal
+
+            home = tempfile.mkdtemp(prefix="ponybench-rehearsal-home-")
+            self.rehearsal = Rehearsal(self.arms, self.settings.arms_dir, self.settings.rehearse_ref, home)
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
-                           arms_dir=self.settings.arms_dir)
+                           arms_dir=self.settings.arms_dir, rehearsal=self.rehearsal)
+
+    def stop_rehearsal(self) -> None:
+        if self.rehearsal is not None:
+            self.rehearsal.stop()
+            shutil.rmtree(self.rehearsal.home, ignore_errors=True)
+            self.rehearsal = None
 
 
 def state_of(config) -> PonybenchState:
@@ -181,6 +196,10 @@ def pytest_sessionstart(session):
         state.claude_version = agent.claude_version(state.claude)
     except agent.CliMissing as exc:
         raise pytest.UsageError(str(exc)) from None
+    if not state.settings.rehearse:
+        problem = agent.real_run_problem()
+        if problem:
+            raise pytest.UsageError(problem)
     tasks = _loadable_tasks(state)
     broken = instruments.prove_all(tasks)
     if broken:
@@ -210,8 +229,9 @@ def _identity_from_nodeid(nodeid: str) -> dict | None:
 
 def pytest_sessionfinish(session, exitstatus):
     state = state_of(session.config)
+    state.stop_rehearsal()
     if state.session is not None:
-        state.session.finish(state.model_ids, state.claude_version)
+        state.session.finish(state.model_ids, state.claude_version, rehearsal=state.settings.rehearse)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -225,3 +245,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(line)
     verb = "rescored" if state.settings.rescore is not None else "ran"
     tr.write_line(f"{verb} {len(state.session.records)} cells; kept in {state.run_dir}")
+    if state.settings.rehearse:
+        for line in arm_proof_lines(state.session.records):
+            tr.write_line(line)
+        tr.write_line("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
+                      "cost, tokens, LOC and rates above say nothing about any real model.", yellow=True, bold=True)
+
+
+def arm_proof_lines(records: list[dict]) -> list[str]:
+    """One line per arm: did its text reach the (scripted) model in every cell that ran?"""
+    lines = []
+    for arm in sorted({r["arm"] for r in records}):
+        cells = [r for r in records if r["arm"] == arm]
+        unproven = [r for r in cells if r.get("status") == STATUS_ARM_UNPROVEN]
+        checked = [r for r in cells if r.get("status") in (agent.STATUS_FINISHED, STATUS_ARM_UNPROVEN)]
+        if unproven:
+            lines.append(f"arm {arm}: NOT proven in {len(unproven)} of {len(cells)} cells: {unproven[0]['error']}")
+        elif checked:
+            lines.append(f"arm {arm}: proven ({len(checked)} of {len(cells)} cells reached the model with this arm only)")
+        else:
+            lines.append(f"arm {arm}: not proven (no cell of this arm finished)")
+    return lines

@@ -453,3 +453,104 @@ def prove_arm(requests: list[dict], appended: str | None, context: list[str],
         parts.append(f"{len(context)} context string(s) in every main-loop request")
     parts.append(f"none of {len(foreign)} foreign string(s) anywhere")
     return True, "arm proven: " + "; ".join(parts)
+
+
+# --- Rehearsing a cell ---------------------------------------------------------------------
+# The scripted model plays each task and the server's records prove each arm. One server per
+# process (the single process, or each xdist worker), started with the first cell.
+
+REHEARSAL_KEY = "ponybench-rehearsal-not-a-real-key"
+# A plausible small file for open and fixture tasks that declare no `rehearsal:` files.
+DEFAULT_FILES = {"solution.py": 'def main():\n    """Entry point."""\n    return 0\n'}
+# Credentials that must never reach a rehearsal's CLI: it talks to the scripted model only.
+CREDENTIAL_VARS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK",
+                   "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL")
+
+
+def rehearsal_files(task, side: str = "good") -> dict[str, str]:
+    """What the scripted model writes for a task: its `rehearsal:` files, else the chosen
+    reference (good by default; bad shows the gates catch it), else a small plausible file."""
+    if task.rehearsal:
+        return dict(task.rehearsal)
+    if task.refs is not None:
+        return dict(getattr(task.refs, side))
+    return dict(DEFAULT_FILES)
+
+
+def plugin_markers(plugin_dir: str | None) -> list[str]:
+    """Text a plugin's skills put in front of the model: `<plugin>:<skill>` names."""
+    if not plugin_dir:
+        return []
+    root = os.path.realpath(plugin_dir)
+    try:
+        with open(os.path.join(root, ".claude-plugin", "plugin.json"), encoding="utf-8") as fh:
+            name = json.load(fh).get("name") or os.path.basename(root)
+    except (OSError, ValueError):
+        name = os.path.basename(root)
+    skills_dir = os.path.join(root, "skills")
+    skills = sorted(os.listdir(skills_dir)) if os.path.isdir(skills_dir) else []
+    return [f"{name}:{skill}" for skill in skills if os.path.isfile(os.path.join(skills_dir, skill, "SKILL.md"))]
+
+
+class Rehearsal:
+    """Rehearsal of cells against one ScriptedModel: implements the cell's Rehearsal protocol."""
+
+    def __init__(self, arms: dict, arms_dir, side: str = "good", home: str | None = None):
+        self.arms = arms
+        self.arms_dir = arms_dir
+        self.side = side
+        self.home = home
+        self.model = ScriptedModel()
+        self._started = False
+        self._lock = threading.Lock()
+
+    def _server(self) -> ScriptedModel:
+        with self._lock:
+            if not self._started:
+                self.model.start()
+                self._started = True
+        return self.model
+
+    def stop(self) -> None:
+        if self._started:
+            self.model.stop()
+
+    def env_for(self, cell, workspace) -> dict[str, str]:
+        files = rehearsal_files(cell.task, self.side)
+        script = CellScript(writes=[(str(os.path.join(workspace, rel)), content) for rel, content in files.items()],
+                            answer="Done: the change is written.")
+        url = self._server().register(cell.id, script)
+        env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1"}
+        if self.home:
+            # The user's own ~/.claude (credentials, settings, history) stays out of a rehearsal.
+            env.update(HOME=self.home, CLAUDE_CONFIG_DIR=os.path.join(self.home, ".claude"))
+        env.update({var: "" for var in CREDENTIAL_VARS})
+        return env
+
+    def _arm_texts(self, arm) -> tuple[str | None, list[str]]:
+        from .cell import append_text
+        from .spec import SpecError, resolve_plugin_dir
+
+        try:
+            plugin_dir = resolve_plugin_dir(arm, self.arms_dir)
+        except SpecError:
+            plugin_dir = None
+        return append_text(arm), list(arm.proof) + plugin_markers(plugin_dir)
+
+    def prove(self, cell) -> str | None:
+        appended, context = self._arm_texts(cell.arm)
+        if cell.arm.plugin and not context:
+            return (f"arm '{cell.arm.name}' has nothing that can prove it reached the model: give it "
+                    f"`proof:` strings (its SessionStart context) or a plugin with skills")
+        own = " ".join([appended or ""] + context)
+        foreign = []
+        for other in self.arms.values():
+            if other.name == cell.arm.name:
+                continue
+            other_append, other_context = self._arm_texts(other)
+            candidates = ([other.prompt] if other.prompt else []) + other_context
+            # Text another arm shares with this one (a prompt that is a prefix of ours) proves nothing.
+            foreign += [text for text in candidates if text and text not in own]
+        ok, reason = prove_arm(self.model.requests(cell.id), appended, context, foreign)
+        self.model.forget(cell.id)
+        return None if ok else reason

@@ -65,7 +65,7 @@ class RunSession:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def finish(self, model_ids: dict[str, str], claude_version: str) -> Path:
+    def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool = False) -> Path:
         if self.rescore and self.results_path.exists():
             os.replace(self.results_path, self.run_dir / RESULTS)
         rows = summary.aggregate(self.records)
@@ -73,6 +73,8 @@ class RunSession:
         data = {
             "date": self.started,
             "rescored": self.rescore,
+            # A rehearsal's figures come from a scripted model: say so wherever they travel.
+            "rehearsal": rehearsal or any(r.get("rehearsal") for r in self.records),
             "models": {m: model_ids.get(m, m) for m in sorted({r["model"] for r in self.records})},
             "claude_version": claude_version or ", ".join(versions),
             "cells": len(self.records),
