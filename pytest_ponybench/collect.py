@@ -111,12 +111,13 @@ class CellItem(_PlainFailure, pytest.Item):
             if self.rescore_workspace is not None:
                 record = cells.score_cell(self.cell, self.rescore_workspace)
             else:
-                record = cells.run_cell(self.cell, state.cell_context())
+                record = cells.run_cell(self.cell, state.cell_context(self.config.hook))
         except BaseException as exc:
             # A pytest-timeout, a Ctrl-C or a harness bug: the agent's tree is already dead
             # (procs' finally); keep a record that says this cell never finished.
             self.user_properties.extend(never_ran(self.cell, f"interrupted: {type(exc).__name__}: {exc}").items())
             raise
+        self.config.hook.pytest_ponybench_cell_record(cell=self.cell, record=record)
         self.user_properties.extend(record.items())
         if not record["passed"]:
             raise CellFailed(record["failure"])

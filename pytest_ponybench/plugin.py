@@ -55,12 +55,12 @@ class PonybenchState:
             found.append((Cell(task, arm, str(ident["model"]), str(ident["model_id"]), int(ident["run"])), ws))
         return found
 
-    def cell_context(self) -> CellContext:
+    def cell_context(self, hook=None) -> CellContext:
         if self.settings.rehearse and self.rehearsal is None:
             from .rehearsal import Rehearsal
 
             home = tempfile.mkdtemp(prefix="ponybench-rehearsal-home-")
-            self.rehearsal = Rehearsal(self.arms, self.settings.arms_dir, self.settings.rehearse_ref, home)
+            self.rehearsal = Rehearsal(self.arms, self.settings.arms_dir, self.settings.rehearse_ref, home, hook)
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
                            arms_dir=self.settings.arms_dir, rehearsal=self.rehearsal)
 
@@ -77,6 +77,12 @@ def state_of(config) -> PonybenchState:
 
 def is_worker(config) -> bool:
     return hasattr(config, "workerinput")
+
+
+def pytest_addhooks(pluginmanager):
+    from . import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_addoption(parser):

@@ -48,10 +48,13 @@ class CellScript:
     before the ``Write``, since the CLI refuses to overwrite a file the session has not read;
     the CLI's ``num_turns`` then counts one more, the API turns and usage stay the same.
     The usage numbers are reported on every scripted turn (the CLI adds them up).
+    ``stall_seconds``: hold every main-loop answer that long first (or until the server
+    stops): a model that stops answering, to exercise the cell timeout.
     """
 
     writes: list[tuple[str, str]] = field(default_factory=list)
     answer: str = "Done."
+    stall_seconds: float = 0.0
     input_tokens: int = 1200
     output_tokens: int = 150
     cache_read_input_tokens: int = 0
@@ -142,12 +145,14 @@ class ScriptedModel:
         self._lock = threading.Lock()
         self._cells: dict[str, _Cell] = {}
         self._ids = itertools.count(1)
+        self._stopping = threading.Event()  # wakes stalled answers when the server stops
 
     # lifecycle --------------------------------------------------------------------------
 
     def start(self) -> "ScriptedModel":
         if self._server is not None:
             return self
+        self._stopping.clear()
         handler = type("_BoundHandler", (_Handler,), {"model": self})
         server = _Server((self._host, self._requested_port), handler)
         thread = threading.Thread(
@@ -163,6 +168,7 @@ class ScriptedModel:
         self._server = self._thread = None
         if server is None:
             return
+        self._stopping.set()
         server.shutdown()
         server.server_close()
         if thread is not None:
@@ -225,6 +231,8 @@ class ScriptedModel:
             cell.bodies.append(body)
             script = cell.script
         model = body.get("model") if isinstance(body.get("model"), str) else "unknown"
+        if body.get("tools") and script.stall_seconds > 0:
+            self._stopping.wait(script.stall_seconds)
         if body.get("tools"):
             turn = _count_assistant_turns(body)
             if turn < len(script.writes):
@@ -495,7 +503,8 @@ def plugin_markers(plugin_dir: str | None) -> list[str]:
 class Rehearsal:
     """Rehearsal of cells against one ScriptedModel: implements the cell's Rehearsal protocol."""
 
-    def __init__(self, arms: dict, arms_dir, side: str = "good", home: str | None = None):
+    def __init__(self, arms: dict, arms_dir, side: str = "good", home: str | None = None, hook=None):
+        self.hook = hook  # config.hook: lets a conftest adjust each cell's script
         self.arms = arms
         self.arms_dir = arms_dir
         self.side = side
@@ -519,6 +528,8 @@ class Rehearsal:
         files = rehearsal_files(cell.task, self.side)
         script = CellScript(writes=[(str(os.path.join(workspace, rel)), content) for rel, content in files.items()],
                             answer="Done: the change is written.")
+        if self.hook is not None:
+            self.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script)
         url = self._server().register(cell.id, script)
         env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1"}
         if self.home:
