@@ -329,8 +329,8 @@ def resampled_medians(groups: Sequence[Sequence[float]], picks: np.ndarray,
 
     ``picks`` (shape B x T) says which group each of B resamples draws at each of T positions;
     for each position the group's values are resampled with replacement (same size as the
-    group) and the median taken. Returns B x T medians. Vectorised by padding the groups with
-    NaN to the longest one.
+    group) and the median taken. Returns B x T medians. Vectorised by padding the groups to
+    the longest one.
     """
     sizes = np.array([len(g) for g in groups])
     padded = np.full((len(groups), sizes.max()), np.nan)
@@ -340,8 +340,13 @@ def resampled_medians(groups: Sequence[Sequence[float]], picks: np.ndarray,
     width = padded.shape[1]
     within = (rng.random(picks.shape + (width,)) * n).astype(np.int64)
     draws = padded[picks[..., None], within]
-    draws[np.arange(width) >= n] = np.nan  # positions beyond this group's size
-    return np.nanmedian(draws, axis=2)
+    # Positions beyond a group's size sort last as +inf; the median of the first n sorted
+    # draws is the mean of positions (n-1)//2 and n//2 (np.nanmedian is ~10x slower).
+    draws[np.arange(width) >= n] = np.inf
+    draws.sort(axis=2)
+    middle_low = np.take_along_axis(draws, (n - 1) // 2, axis=2)
+    middle_high = np.take_along_axis(draws, n // 2, axis=2)
+    return ((middle_low + middle_high) / 2)[..., 0]
 
 
 # --------------------------------------------------------------------------- one task x model

@@ -335,3 +335,18 @@ def test_report_is_deterministic_and_stable_when_arms_are_added():
     assert pooled["arm"] == "terse" and pooled["stats"]["tasks_rates"] == ["t1", "t2", "t3"]
     for estimate in (pooled["stats"]["correct_diff"], pooled["stats"]["loc_ratio"]):
         assert estimate["method"] and estimate["low"] <= estimate["value"] <= estimate["high"]
+
+
+def test_resampled_medians_equal_plain_medians_of_the_same_draws():
+    # The vectorised median (padding, sort, middle positions) against statistics.median of the
+    # very same draws, for groups of sizes 1 to 10 (odd and even).
+    groups = [[7], [3, 9], [5, 1, 4], [10, 2, 8, 6], [1, 5, 2, 9, 4, 3, 7], list(range(10, 0, -1))]
+    picks = np.random.default_rng(1).integers(0, len(groups), size=(300, len(groups)))
+    got = stats.resampled_medians(groups, picks, np.random.default_rng(5))
+    # Replay the generator: one uniform per (resample, position, slot up to the longest group).
+    uniforms = np.random.default_rng(5).random(picks.shape + (10,))
+    for b in range(picks.shape[0]):
+        for t in range(picks.shape[1]):
+            group = groups[picks[b, t]]
+            draws = [group[int(u * len(group))] for u in uniforms[b, t, :len(group)]]
+            assert got[b, t] == median(draws)
