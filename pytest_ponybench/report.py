@@ -184,7 +184,7 @@ def pooled_table(arm_stats: ArmStats) -> Table:
         f"for multiple comparisons.",
     ]
     return Table(f"Arms against `{arm_stats.reference}`, pooled over tasks", [
-        "model", "arm", "tasks", "correct", "correct Δ [95% CI]", "safe", "safe Δ [95% CI]",
+        "model", "arm", "tasks", "correct (arm)", "correct Δ [95% CI]", "safe (arm)", "safe Δ [95% CI]",
         "LOC ratio [95% CI]", "verdict"], rows, notes, level=2, numeric={2})
 
 
