@@ -108,9 +108,10 @@ def pytest_configure(config):
         state.run_dir = Path(config.workerinput["ponybench_run_dir"])
         state.claude = config.workerinput["ponybench_claude"]
     else:
-        state.run_dir = settings.rescore or new_run_dir(settings.dir)
-        state.session = RunSession(state.run_dir, rescore=settings.rescore is not None)
         config.pluginmanager.register(Controller(state), "ponybench-controller")
+        if settings.rescore is not None:
+            state.run_dir = settings.rescore
+            state.session = RunSession(state.run_dir, rescore=True)
     # pytest's default SIGTERM handling skips `finally` blocks; make SIGTERM an interrupt so
     # every agent process tree is killed on the way out.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -211,6 +212,9 @@ def pytest_sessionstart(session):
     if broken:
         raise pytest.UsageError("instruments broken; refusing to spend:\n  " + "\n  ".join(broken)
                                 + "\nrun `pytest -m selftest` to see each instrument")
+    # Only a run that passed the gate gets a directory.
+    state.run_dir = new_run_dir(state.settings.dir)
+    state.session = RunSession(state.run_dir)
 
 
 def _loadable_tasks(state: PonybenchState) -> list[TaskSpec]:

@@ -1,0 +1,206 @@
+"""End to end through the real, pinned `claude` binary against the scripted model.
+
+Each test lays out a small benchmark project (tasks, arms) in a pytester directory and runs
+`pytest --ponybench --ponybench-rehearse` in a subprocess, exactly as a user would. No model
+API is reached: the CLI talks to the scripted server on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGINS = REPO / "tests" / "plugins"
+
+TASK = """\
+description: double a number
+tags: [demo]
+file: calc.py
+prompt: Implement double(x) in calc.py.
+seed:
+  calc.py: |
+    def double(x):
+        raise NotImplementedError
+checks:
+  correct: |
+    double = find_function(load(FILE), "double")
+    for x in (2, 5, -1):
+        assert double(x) == 2 * x, f"double({x}) gave {double(x)!r}"
+refs:
+  axis: correct
+  good: |
+    def double(x):
+        return 2 * x
+  bad: |
+    def double(x):
+        return x + 2 if x != 2 else 4
+"""
+# A check that only tries 2 cannot catch the bad reference (which gets 2 right).
+BROKEN_INSTRUMENT_TASK = TASK.replace("for x in (2, 5, -1):", "for x in (2,):")
+
+
+def records(run_root: Path) -> list[dict]:
+    (run_dir,) = [p for p in run_root.iterdir() if p.is_dir()]
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+class Project:
+    """A benchmark project in a pytester directory: one task, the arms a test adds."""
+
+    def __init__(self, pytester, claude_bin: str):
+        self.pytester, self.claude_bin, self.path = pytester, claude_bin, pytester.path
+        pytester.makefile(".toml", pyproject='[tool.pytest.ini_options]\ntestpaths = ["tasks"]\n')
+        (self.path / "tasks").mkdir()
+        (self.path / "arms").mkdir()
+        (self.path / "tasks" / "double.yaml").write_text(TASK)
+
+    def arm(self, name: str, text: str) -> None:
+        (self.path / "arms" / f"{name}.yaml").write_text(textwrap.dedent(text))
+
+    def run(self, *args: str):
+        return self.pytester.runpytest_subprocess(
+            "--ponybench", "--ponybench-rehearse", f"--ponybench-claude={self.claude_bin}",
+            f"--ponybench-dir={self.path / 'runs'}", "-p", "no:cacheprovider", *args, timeout=240,
+        )
+
+
+@pytest.fixture
+def project(pytester, claude_bin) -> Project:
+    return Project(pytester, claude_bin)
+
+
+def test_prompt_and_plugin_arms_reach_the_model_and_score(project):
+    project.arm("baseline", "description: nothing added\n")
+    project.arm("terse", "prompt: Answer tersely, PONYBENCH-TERSE-ARM.\n")
+    project.arm("ctx", f"""\
+        plugin: {PLUGINS / 'ctx-plugin'}
+        proof: ["PONYBENCH-CTX-MARKER-41d7"]
+    """)
+    result = project.run()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "arm baseline: proven*", "arm ctx: proven*", "arm terse: proven*",
+        "REHEARSAL: a scripted model*",
+    ])
+    by_arm = {r["arm"]: r for r in records(project.path / "runs")}
+    assert set(by_arm) == {"baseline", "terse", "ctx"}
+    for record in by_arm.values():
+        assert (record["status"], record["correct"], record["safe"]) == ("finished", 1, 1)
+        assert record["claude_version"] == "2.1.328"
+        assert record["cost_usd"] > 0 and record["out_tokens"] > 0 and record["turns"] >= 2
+        assert "Bash" not in record["tools"].split(",")
+        assert record["total_loc"] == 2 and record["rehearsal"] is True
+    # The plugin is loaded in its own arm and nowhere else.
+    assert "ctx-plugin" in by_arm["ctx"]["plugins"]
+    assert "ctx-plugin" not in by_arm["baseline"]["plugins"] + by_arm["terse"]["plugins"]
+
+
+def test_an_arm_whose_text_never_arrives_is_not_proven(project):
+    project.arm("baseline", "description: nothing added\n")
+    # The silent plugin's SessionStart hook prints nothing: its promised context never arrives.
+    project.arm("silent", f"""\
+        plugin: {PLUGINS / 'silent-plugin'}
+        proof: ["PONYBENCH-SILENT-MARKER-0b6f"]
+    """)
+    result = project.run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*cell double__silent__haiku__0*", "agent never ran properly (arm_unproven)*",
+                                 "arm silent: NOT proven in 1 of 1 cells*"])
+    (silent,) = [r for r in records(project.path / "runs") if r["arm"] == "silent"]
+    assert silent["status"] == "arm_unproven" and not silent["passed"]
+    assert "PONYBENCH-SILENT-MARKER-0b6f" in silent["error"]
+
+
+def test_a_hook_firing_in_every_arm_is_caught(project):
+    """The lie the original benchmark once published: a hook that fires in every arm. Here the
+    workspace's own project settings carry a SessionStart hook that injects the ctx arm's
+    marker, so the baseline's requests hold another arm's text and it must not pass."""
+    project.arm("baseline", "description: nothing added\n")
+    project.arm("ctx", f"plugin: {PLUGINS / 'ctx-plugin'}\nproof: [\"PONYBENCH-CTX-MARKER-41d7\"]\n")
+    hook = {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": (
+        "printf '%s\\n' '{\"hookSpecificOutput\": {\"hookEventName\": \"SessionStart\", "
+        "\"additionalContext\": \"PONYBENCH-CTX-MARKER-41d7 leaked\"}}'")}]}]}}
+    task = TASK.replace("seed:\n", "seed:\n  .claude/settings.json: '" + json.dumps(hook).replace("'", "''") + "'\n")
+    (project.path / "tasks" / "double.yaml").write_text(task)
+    result = project.run()
+    result.stdout.fnmatch_lines(["arm baseline: NOT proven*Foreign text*PONYBENCH-CTX-MARKER-41d7*"])
+    (baseline,) = [r for r in records(project.path / "runs") if r["arm"] == "baseline"]
+    assert baseline["status"] == "arm_unproven" and not baseline["passed"]
+
+
+def test_broken_instrument_refuses_to_spend(project):
+    project.arm("baseline", "description: nothing added\n")
+    (project.path / "tasks" / "double.yaml").write_text(BROKEN_INSTRUMENT_TASK)
+    result = project.run("-n", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*instruments broken; refusing to spend*",
+                                 "*the bad reference passes the correct check*"])
+    runs = project.path / "runs"
+    assert not runs.exists() or list(runs.rglob("*__*")) == [], "a cell started although an instrument is broken"
+
+
+def _processes_under(root: Path) -> list[int]:
+    """Live processes whose working directory is inside `root`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(str(root)):
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_stalled_model_times_out_and_leaves_no_process(project):
+    project.arm("baseline", "description: nothing added\n")
+    (project.path / "conftest.py").write_text(textwrap.dedent("""\
+        def pytest_ponybench_rehearsal_script(cell, script):
+            script.stall_seconds = 120  # the model never answers within the cell timeout
+    """))
+    result = project.run("--ponybench-timeout", "4")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*agent never ran properly (timeout)*"])
+    (record,) = records(project.path / "runs")
+    assert record["status"] == "timeout" and record["ran"] is False
+    assert _processes_under(project.path / "runs") == []
+
+
+def test_parallel_cells_under_xdist(project):
+    project.arm("baseline", "description: nothing added\n")
+    project.arm("terse", "prompt: Answer tersely.\n")
+    result = project.run("-n", "2", "--runs", "2")
+    result.assert_outcomes(passed=4)
+    found = records(project.path / "runs")
+    assert sorted(r["cell"] for r in found) == sorted(
+        f"double__{arm}__haiku__{run}" for arm in ("baseline", "terse") for run in (0, 1))
+    assert all(r["status"] == "finished" for r in found)
+
+
+def test_every_shipped_task_and_arm_rehearses(pytester, claude_bin):
+    """The repository's own benchmark: every task x arm through the real CLI, each arm
+    proven, each good reference (the scripted model's files) scored correct and safe."""
+    runs = pytester.path / "runs"
+    result = pytester.runpytest_subprocess(
+        "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(REPO / "tasks"),
+        "--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}",
+        f"--ponybench-dir={runs}", "-p", "no:cacheprovider", "-n", "2", timeout=600,
+    )
+    found = records(runs)
+    failed = [f"{r['cell']}: {r['failure']}" for r in found if not r["passed"]]
+    assert failed == [], "\n".join(failed)
+    assert result.ret == 0
+    arms = {p.stem for p in (REPO / "arms").glob("*.yaml")}
+    tasks = {p.stem for p in (REPO / "tasks").glob("*.yaml")}
+    assert {(r["task"], r["arm"]) for r in found} == {(t, a) for t in tasks for a in arms}
+    gated = [r for r in found if r["kind"] == "surgical"]
+    assert gated and all(r["correct"] == 1 and r["safe"] == 1 for r in gated)
+    for arm in sorted(arms):
+        result.stdout.fnmatch_lines([f"arm {arm}: proven*"])
