@@ -72,6 +72,7 @@ INI = {
     "ponybench_tasks": ("string", "tasks", "folder of task YAML files, relative to the rootdir"),
     "ponybench_arms": ("string", "arms", "folder of arm YAML files, relative to the rootdir"),
     "ponybench_fixtures": ("string", "fixtures", "folder of fixture repositories, relative to the rootdir"),
+    "ponybench_reference": ("string", "baseline", "the arm every other arm is compared against in the reports"),
 }
 
 
@@ -103,6 +104,8 @@ def add_storage_options(group) -> None:
                     help="the claude CLI [ini ponybench_claude, default: PATH, then node_modules/.bin/claude]")
     group.addoption("--ponybench-rescore", type=existing_dir, default=None, metavar="RUN_DIR",
                     help="recompute every metric and score of a kept run, with no agent call")
+    group.addoption("--ponybench-reference", default=None, metavar="ARM",
+                    help="the arm the reports compare every other arm against [ini ponybench_reference, default baseline]")
 
 
 def add_ini(parser) -> None:
@@ -132,6 +135,7 @@ class Settings:
     rescore: Path | None
     rehearse: bool
     rehearse_ref: str
+    reference: str
     model_ids: list[str]
     tasks_dir: Path
     arms_dir: Path
@@ -183,6 +187,7 @@ def settings(config) -> Settings:
         rescore=opt.ponybench_rescore,
         rehearse=bool(opt.ponybench_rehearse),
         rehearse_ref=opt.ponybench_rehearse_ref,
+        reference=opt.ponybench_reference or config.getini("ponybench_reference"),
         model_ids=list(config.getini("ponybench_model_ids")),
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),

@@ -34,6 +34,7 @@ class PonybenchState:
     claude_version: str = ""
     session: RunSession | None = None  # the controller's
     rehearsal: object | None = None  # this process's rehearsal.Rehearsal, started lazily
+    written: list[Path] = field(default_factory=list)  # files the session wrote at its end
 
     def selected_arms(self) -> list[ArmSpec]:
         names = self.settings.arms or sorted(self.arms)
@@ -241,7 +242,8 @@ def pytest_sessionfinish(session, exitstatus):
     state = state_of(session.config)
     state.stop_rehearsal()
     if state.session is not None:
-        state.session.finish(state.model_ids, state.claude_version, rehearsal=state.settings.rehearse)
+        state.written = state.session.finish(state.model_ids, state.claude_version,
+                                             rehearsal=state.settings.rehearse, reference=state.settings.reference)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -255,6 +257,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(line)
     verb = "rescored" if state.settings.rescore is not None else "ran"
     tr.write_line(f"{verb} {len(state.session.records)} cells; kept in {state.run_dir}")
+    if state.written:
+        tr.write_line("wrote " + ", ".join(p.name for p in state.written))
     if state.settings.rehearse:
         for line in arm_proof_lines(state.session.records):
             tr.write_line(line)

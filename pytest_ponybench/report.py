@@ -222,7 +222,11 @@ def header_lines(records: Sequence[dict], run_dir: Path, reference: str) -> list
         return ", ".join(sorted({stats.name_of(r, key) for r in records})) or "-"
     costs = [r["cost_usd"] for r in records if isinstance(r.get("cost_usd"), (int, float))]
     unmeasured = [r for r in records if not stats.is_measured(r)]
-    lines = [f"{len(records)} cells; tasks: {names('task')}; arms: {names('arm')}; "
+    lines = []
+    if any(r.get("rehearsal") for r in records):
+        lines.append("**REHEARSAL**: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
+                     "the figures exercise the pipeline and say nothing about any real model.")
+    lines += [f"{len(records)} cells; tasks: {names('task')}; arms: {names('arm')}; "
              f"models: {names('model')}; reference arm: `{reference}`; "
              f"total cost {fmt_cost(sum(costs) if costs else None)}."]
     if unmeasured:

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from . import summary
+from . import report, summary
 
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
@@ -65,7 +65,9 @@ class RunSession:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool = False) -> Path:
+    def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool = False,
+               reference: str = "baseline") -> list[Path]:
+        """Write summary.json, then the reports. Results are on disk already, line by line."""
         if self.rescore and self.results_path.exists():
             os.replace(self.results_path, self.run_dir / RESULTS)
         rows = summary.aggregate(self.records)
@@ -84,4 +86,4 @@ class RunSession:
         tmp = path.with_name(SUMMARY + ".tmp")
         tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
         os.replace(tmp, path)
-        return path
+        return [path] + report.write_reports(self.run_dir, self.records, reference)
