@@ -1,0 +1,1 @@
+"""Helpers shared by the project's own tests (imported as `support.<module>`)."""
