@@ -102,17 +102,33 @@ def git(workspace: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _numstat(workspace: Path) -> list[tuple[str, str]]:
+    """(added, path) of each file staged against the snapshot, read with -z: without it git
+    quotes unusual names ("caf\\303\\251.py") and writes a rename as "a/{x.py => y.py}", and
+    either would hide the file's real suffix and folders. A rename is counted under its new path."""
+    tokens = git(workspace, "diff", "--cached", "--numstat", "-z", "HEAD").stdout.split("\0")
+    rows, i = [], 0
+    while i < len(tokens):
+        fields = tokens[i].split("\t")
+        i += 1
+        if len(fields) != 3:
+            continue
+        added, _deleted, path = fields
+        if path == "" and i + 1 < len(tokens):  # a rename: the old path, then the new one
+            path, i = tokens[i + 1], i + 2
+        rows.append((added, path))
+    return rows
+
+
 def diff_stats(workspace: Path) -> dict:
     """Added lines of code files the agent created or changed since the seeded snapshot:
     the '+N' a pull request shows. Lockfiles and generated files are skipped, tests apart."""
     git(workspace, "add", "-A")
-    numstat = git(workspace, "diff", "--cached", "--numstat", "HEAD").stdout
     stats = dict(EMPTY)
-    for row in numstat.splitlines():
-        fields = row.split("\t")
-        if len(fields) != 3 or fields[0] == "-":  # "-" marks a binary file
+    for added_text, rel in _numstat(workspace):
+        if added_text == "-":  # a binary file
             continue
-        added, rel = int(fields[0]), fields[2]
+        added = int(added_text)
         if (PurePosixPath(rel).suffix not in CODE_EXTENSIONS or "node_modules" in rel
                 or any(marker in rel for marker in GENERATED_MARKERS)):
             continue
