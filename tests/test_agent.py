@@ -366,7 +366,8 @@ def test_run_kills_a_hanging_cli_with_its_child_and_keeps_the_transcript(tmp_pat
 
 def test_group_alive_does_not_count_a_zombie():
     # A killed, not yet reaped process is a zombie: it runs nothing, so its group is gone.
-    proc = procs.start([sys.executable, "-c", "import time; time.sleep(60)"], stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                            stdin=subprocess.DEVNULL)
     try:
         assert procs.group_alive(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
@@ -378,7 +379,8 @@ def test_group_alive_does_not_count_a_zombie():
         assert not procs.group_alive(proc.pid)
         assert procs.wait_group_gone(proc.pid, timeout=0.5)
     finally:
-        procs.kill_tree(proc)
+        proc.kill()
+        proc.wait()
 
 
 def test_wait_or_kill_kills_a_child_left_behind_by_a_process_that_exited():
