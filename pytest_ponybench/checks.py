@@ -22,7 +22,6 @@ from . import procs
 
 OUTPUT_EXCERPT = 2000  # characters of a failed check's output kept in its reason
 FILE_SIZE_LIMIT = 64 * 1024 * 1024  # a check (and the code it runs) writes no larger file
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,6 @@ def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout:
         output_path = tmpdir / "output.txt"
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get("PYTHONPATH")])),
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace
             "PYTHONHASHSEED": "0",
         }
