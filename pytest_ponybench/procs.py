@@ -85,14 +85,38 @@ def wait_or_kill(proc: subprocess.Popen, timeout: float) -> bool:
     return timed_out
 
 
+def _live_member(pgid: int) -> bool | None:
+    """Whether /proc lists a member of the group that is not a zombie; None without /proc."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # pragma: no cover - not Linux
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+            return True
+    return False
+
+
 def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs. A killed process stays a zombie until it
+    is reaped (an orphan by PID 1, which in a container may take seconds or never happen);
+    signalling a zombie succeeds, so only /proc can tell a dead group from a live one."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover - exists but not ours
         return True
-    return True
+    live = _live_member(pgid)
+    return True if live is None else live
 
 
 def wait_group_gone(pgid: int, timeout: float = 5.0) -> bool:
