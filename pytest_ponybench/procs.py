@@ -25,7 +25,19 @@ import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-SUPERVISOR = [sys.executable, "-m", "pytest_ponybench.procs"]
+
+
+def python_module(module: str) -> list[str]:
+    """argv for `python -m module` without the working directory on sys.path. Programs run
+    in the workspace, where a file the agent wrote (json.py, http.py, subprocess.py) would
+    otherwise shadow the standard library the harness's own module imports."""
+    boot = ("import sys\n"
+            "if sys.path and sys.path[0] == '':\n    del sys.path[0]\n"
+            f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+    return [sys.executable, "-c", boot]
+
+
+SUPERVISOR = python_module("pytest_ponybench.procs")
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRACE = 5.0  # seconds the supervisor gets to sweep its descendants before the group is SIGKILLed
 
