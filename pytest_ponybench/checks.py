@@ -57,8 +57,8 @@ def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout:
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace
             "PYTHONHASHSEED": "0",
         }
-        argv = [sys.executable, "-m", "pytest_ponybench.checks", str(tmpdir / "check.py"),
-                str(verdict_path), axis, entry or ""]
+        argv = procs.python_module("pytest_ponybench.checks") + [
+            str(tmpdir / "check.py"), str(verdict_path), axis, entry or ""]
         with open(output_path, "wb") as out:
             proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL,
                                stdout=out, stderr=subprocess.STDOUT, preexec_fn=_limit_child)
@@ -96,8 +96,9 @@ def _reason(exc: BaseException) -> str:
 def _child_main(argv: list[str]) -> None:
     """The child: run the check code with the helper API, write the verdict, leave at once."""
     code_path, verdict_path, axis, entry = argv
+    from . import checklib  # with its imports, before an agent's json.py or http.py can shadow them
+
     sys.path.insert(0, os.getcwd())  # the agent's modules import each other by name
-    from . import checklib
 
     code = Path(code_path).read_text(encoding="utf-8")
     try:
