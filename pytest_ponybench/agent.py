@@ -27,6 +27,8 @@ WRITE_AND_STOP = (
     "verify it: write the code and stop. Only the code you write is measured."
 )
 MAX_LINE = 1024 * 1024  # a transcript line longer than this is garbage, not an event
+KEEP_BYTES = 8 * 1024 * 1024  # a flooded transcript keeps this much of its head and of its tail
+FILE_SIZE_LIMIT = 2 * 1024 ** 3  # no file the agent writes (its transcript included) grows past this
 EXCERPT = 2000
 ROOT_REFUSAL = "cannot be used with root/sudo"
 
@@ -119,6 +121,54 @@ def agent_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def confine(argv: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
+    """Wrap argv in bubblewrap: the whole system read-only, a private /tmp, and only the
+    workspace and the CLI's own configuration writable. The network stays (the API is on it)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise CliMissing("--ponybench-confine needs bubblewrap: apt-get install bubblewrap")
+    home = Path(env.get("HOME") or Path.home())
+    config_dir = Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
+    wrapped = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if home.is_dir() and str(home).startswith("/tmp/"):
+        wrapped += ["--bind", str(home), str(home)]  # a rehearsal's private home lives in /tmp
+    for path in (config_dir, home / ".claude.json"):
+        if path.exists():
+            wrapped += ["--bind", str(path), str(path)]
+    ws = str(Path(workspace).resolve())
+    return wrapped + ["--bind", ws, ws, "--chdir", ws, "--die-with-parent", "--"] + argv
+
+
+def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:
+    """Cut a flooded file down to its head and tail (whole lines), with a marker between.
+    The init line is at the head and the result line at the tail, so a cut transcript still
+    scores; memory stays bounded since nothing is read whole."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return
+    if size <= 2 * keep:
+        return
+    tmp = path.with_name(path.name + ".cut")
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        head = src.read(keep)
+        head = head[: head.rfind(b"\n") + 1]
+        src.seek(size - keep)
+        tail = src.read(keep)
+        tail = tail[tail.find(b"\n") + 1:]
+        dst.write(head)
+        dst.write(f"[ponybench: {size - len(head) - len(tail)} bytes cut from a {size}-byte output]\n".encode())
+        dst.write(tail)
+    os.replace(tmp, path)
+
+
+def _limit_agent() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 @dataclass
 class RunOutcome:
     exit_code: int | None
@@ -130,7 +180,8 @@ def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
         transcript: Path, stderr: Path) -> RunOutcome:
     start = time.monotonic()
     with open(transcript, "wb") as out, open(stderr, "wb") as err:
-        proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                           preexec_fn=_limit_agent)
         timed_out = procs.wait_or_kill(proc, timeout)
         if timed_out:
             err.write(f"\n[ponybench: killed with its process tree after {timeout:g} s]\n".encode())
@@ -170,7 +221,7 @@ def read_transcript(path: Path) -> Transcript:
     usage_by_message: dict[str, dict] = {}
     for raw in _lines(path):
         text = raw.decode("utf-8", "replace").strip() if raw is not None else None
-        if text == "":
+        if text == "" or (text or "").startswith("[ponybench:"):  # blank, or the harness's cut marker
             continue
         try:
             event = json.loads(text) if text is not None else None

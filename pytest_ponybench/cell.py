@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import agent, checks, metrics, workspace
+from . import agent, checks, metrics, session, workspace
 from .spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
 AGENT_RECORD = "_ponybench.agent.json"  # how the agent run ended, for rescoring
@@ -55,7 +55,8 @@ class CellContext:
     timeout: float
     arms_dir: Path
     rehearsal: Rehearsal | None = None
-    max_budget_usd: float | None = None
+    max_budget_usd: float | None = None  # passed to the CLI as --max-budget-usd
+    confine: bool = False  # run the agent under bubblewrap: only its workspace writable
 
 
 def append_text(arm: ArmSpec) -> str:
@@ -81,6 +82,22 @@ def identity(cell: Cell) -> dict:
             "model": cell.model, "model_id": cell.model_id, "run": cell.run, "kind": cell.task.kind}
 
 
+def kept_result(cell: Cell, run_dir: Path) -> dict | None:
+    """Resume: the finished record of this cell in a kept run, or None when it must run.
+
+    A workspace without a result was in flight when the run died: it reruns from a fresh seed.
+    A result from a different task or arm spec is never reused; its workspace is moved aside
+    (kept, since it was paid for) and the cell runs again."""
+    ws = run_dir / cell.id
+    record = _read_json(ws / workspace.RESULT)
+    if not record or record.get("status") in (agent.STATUS_NOT_RUN, "interrupted"):
+        return None
+    if record.get("spec_hash") != cell.spec_hash:
+        ws.rename(ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
+        return None
+    return {**record, "reused": True}
+
+
 def run_cell(cell: Cell, ctx: CellContext) -> dict:
     """Run one cell and return its record (see docs/architecture.md)."""
     ws = ctx.run_dir / cell.id
@@ -94,9 +111,14 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
     workspace.seed(cell.task, ws)
     argv = agent.build_argv(ctx.claude, cell.task.prompt, cell.model_id, append_text(cell.arm),
                             plugin_dir, ctx.max_budget_usd)
-    overrides = ctx.rehearsal.env_for(cell, ws) if ctx.rehearsal is not None else {}
-    outcome = agent.run(argv, ws, agent.agent_env(overrides), ctx.timeout,
-                        ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
+    env = agent.agent_env(ctx.rehearsal.env_for(cell, ws) if ctx.rehearsal is not None else {})
+    if ctx.confine:
+        argv = agent.confine(argv, ws, env)
+    before = workspace.outside_snapshot(ctx.run_dir)
+    outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
+    escaped = workspace.escaped(before, workspace.outside_snapshot(ctx.run_dir))
+    for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
+        agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
     status, error = agent.judge(outcome, transcript, ws / workspace.STDERR, ctx.timeout)
     if status == agent.STATUS_FINISHED:
@@ -108,10 +130,12 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
             status = agent.STATUS_WRONG_ARM
         error = wrong or ""
     _write_json(ws / AGENT_RECORD, {"status": status, "error": error, "rehearsal": ctx.rehearsal is not None,
-                                    "exit_code": outcome.exit_code,
+                                    "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
                                     "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
-                                    "plugin_dir": plugin_dir, "argv": argv[1:]})
-    return score_cell(cell, ws)
+                                    "plugin_dir": plugin_dir, "argv": argv})
+    record = score_cell(cell, ws)
+    session.record_spend(ctx.run_dir, cell.id, record.get("cost_usd"))
+    return record
 
 
 def score_cell(cell: Cell, ws: Path) -> dict:
@@ -123,7 +147,9 @@ def score_cell(cell: Cell, ws: Path) -> dict:
     answer = (transcript.result or {}).get("result") or transcript.last_text
     task = cell.task
     record = {**identity(cell), "status": status, "ran": status == agent.STATUS_FINISHED,
-              "error": error, "rehearsal": bool(ran.get("rehearsal")), "workspace": str(ws.resolve())}
+              "error": error, "rehearsal": bool(ran.get("rehearsal")), "reused": False,
+              # Paths the agent wrote beside its workspace (none can, when confined).
+              "escaped": ",".join(ran.get("escaped") or []), "workspace": str(ws.resolve())}
     record.update(agent.usage_metrics(transcript))
     if status == agent.STATUS_NOT_RUN:
         record.update(metrics.EMPTY)
@@ -151,6 +177,8 @@ def failure_line(record: dict) -> str | None:
     """None when the cell passes; else one line saying which gate failed and why."""
     if not record["ran"]:
         return f"agent never ran properly ({record['status']}): {record['error']}"
+    if record.get("escaped"):
+        return f"the agent wrote outside its workspace: {record['escaped']}"
     if record["kind"] != "surgical" and record["total_loc"] == 0:
         return "the agent finished but delivered no code"
     if not record["correct"]:

@@ -110,8 +110,13 @@ class CellItem(_PlainFailure, pytest.Item):
         try:
             if self.rescore_workspace is not None:
                 record = cells.score_cell(self.cell, self.rescore_workspace)
+            elif state.settings.resume is not None and (kept := cells.kept_result(self.cell, state.run_dir)):
+                record = kept  # finished in an earlier session: reported, never paid twice
             else:
+                self.check_budget(state)
                 record = cells.run_cell(self.cell, state.cell_context(self.config.hook))
+        except pytest.skip.Exception:
+            raise
         except BaseException as exc:
             # A pytest-timeout, a Ctrl-C or a harness bug: the agent's tree is already dead
             # (procs' finally); keep a record that says this cell never finished.
@@ -121,6 +126,14 @@ class CellItem(_PlainFailure, pytest.Item):
         self.user_properties.extend(record.items())
         if not record["passed"]:
             raise CellFailed(record["failure"])
+
+    def check_budget(self, state) -> None:
+        from .plugin import BUDGET_REACHED
+        from .session import spent
+
+        cap = state.settings.max_cost
+        if cap is not None and (so_far := spent(state.run_dir)) >= cap:
+            pytest.skip(f"{BUDGET_REACHED}: ${so_far:.4f} of ${cap:.4f} spent")
 
     def reportinfo(self):
         return self.path, 0, f"cell {self.cell.id}"

@@ -73,6 +73,8 @@ INI = {
     "ponybench_arms": ("string", "arms", "folder of arm YAML files, relative to the rootdir"),
     "ponybench_fixtures": ("string", "fixtures", "folder of fixture repositories, relative to the rootdir"),
     "ponybench_reference": ("string", "baseline", "the arm every other arm is compared against in the reports"),
+    "ponybench_max_cost": ("string", "", "US dollars the whole run may spend; no cell starts once finished cells reach it"),
+    "ponybench_max_cell_cost": ("string", "", "US dollars one cell may spend (passed to the CLI as --max-budget-usd)"),
 }
 
 
@@ -97,6 +99,17 @@ def add_rehearsal_options(group) -> None:
                     help="which reference the scripted model writes (bad shows the gates catch it) [default good]")
 
 
+def add_safety_options(group) -> None:
+    group.addoption("--ponybench-resume", type=existing_dir, default=None, metavar="RUN_DIR",
+                    help="finish a kept run: run only its cells without a finished result, report the rest as kept")
+    group.addoption("--ponybench-max-cost", type=positive_usd, default=None, metavar="USD",
+                    help="stop starting cells once finished cells of this run spent this much [ini ponybench_max_cost]")
+    group.addoption("--ponybench-max-cell-cost", type=positive_usd, default=None, metavar="USD",
+                    help="per-cell spend cap passed to the CLI as --max-budget-usd [ini ponybench_max_cell_cost]")
+    group.addoption("--ponybench-confine", action="store_true", default=False,
+                    help="run the agent under bubblewrap: system read-only, only its workspace writable")
+
+
 def add_storage_options(group) -> None:
     group.addoption("--ponybench-dir", default=None, metavar="DIR",
                     help="where runs are kept [ini ponybench_dir, default runs/]")
@@ -117,6 +130,7 @@ def addoption(parser) -> None:
     group = parser.getgroup("ponybench", "benchmark Claude Code arms by the code the agent writes")
     add_run_options(group)
     add_rehearsal_options(group)
+    add_safety_options(group)
     add_storage_options(group)
     add_ini(parser)
 
@@ -136,6 +150,10 @@ class Settings:
     rehearse: bool
     rehearse_ref: str
     reference: str
+    resume: Path | None
+    max_cost: float | None
+    max_cell_cost: float | None
+    confine: bool
     model_ids: list[str]
     tasks_dir: Path
     arms_dir: Path
@@ -150,6 +168,10 @@ def _ini_parsed(config, name: str, parse):
         return parse(raw)
     except argparse.ArgumentTypeError as exc:
         raise pytest.UsageError(f"ini option {name} = {raw!r}: {exc}") from None
+
+
+def _ini_optional(config, name: str, parse):
+    return _ini_parsed(config, name, parse) if config.getini(name).strip() else None
 
 
 def check_rootdir(config, flag: str, path: Path | None) -> None:
@@ -177,9 +199,10 @@ def settings(config) -> Settings:
     runs = opt.runs or _ini_parsed(config, "ponybench_runs", positive_int)
     timeout = opt.ponybench_timeout or _ini_parsed(config, "ponybench_timeout", positive_seconds)
     check_rootdir(config, "--ponybench-rescore", opt.ponybench_rescore)
+    check_rootdir(config, "--ponybench-resume", opt.ponybench_resume)
     check_rootdir(config, "--ponybench-dir", Path(opt.ponybench_dir).resolve() if opt.ponybench_dir else None)
     return Settings(
-        enabled=bool(opt.ponybench or opt.ponybench_rescore),
+        enabled=bool(opt.ponybench or opt.ponybench_rescore or opt.ponybench_resume),
         models=models, arms=arms, runs=runs, timeout=timeout,
         # A path on the command line is relative to where pytest was started, one in ini to the rootdir.
         dir=Path(opt.ponybench_dir).resolve() if opt.ponybench_dir else (root / config.getini("ponybench_dir")).resolve(),
@@ -188,6 +211,10 @@ def settings(config) -> Settings:
         rehearse=bool(opt.ponybench_rehearse),
         rehearse_ref=opt.ponybench_rehearse_ref,
         reference=opt.ponybench_reference or config.getini("ponybench_reference"),
+        resume=opt.ponybench_resume,
+        max_cost=opt.ponybench_max_cost or _ini_optional(config, "ponybench_max_cost", positive_usd),
+        max_cell_cost=opt.ponybench_max_cell_cost or _ini_optional(config, "ponybench_max_cell_cost", positive_usd),
+        confine=bool(opt.ponybench_confine),
         model_ids=list(config.getini("ponybench_model_ids")),
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),

@@ -17,11 +17,13 @@ import pytest
 
 from . import agent, instruments, options, procs, summary
 from .cell import STATUS_ARM_UNPROVEN, Cell, CellContext, read_identity
+from .cell import identity as cell_identity
 from .collect import TaskFile, TasksDir, arm_placeholder, never_ran
-from .session import RunSession, new_run_dir
+from .session import RunSession, cost_history, new_run_dir, spent
 from .spec import ArmSpec, SpecError, TaskSpec, load_arms, load_task, model_ids, resolve_model
 
 STATE = pytest.StashKey["PonybenchState"]()
+BUDGET_REACHED = "budget reached"
 
 
 @dataclass
@@ -50,11 +52,20 @@ class PonybenchState:
         found = []
         for ws in sorted(p for p in self.settings.rescore.iterdir() if p.is_dir()):
             ident = read_identity(ws)
-            if ident.get("task") != task.name:
-                continue
+            if ident.get("task") != task.name or ident.get("cell") != ws.name:
+                continue  # another task's, or a stale copy kept aside by a resume
             arm = self.arms.get(ident.get("arm")) or arm_placeholder(str(ident.get("arm")))
             found.append((Cell(task, arm, str(ident["model"]), str(ident["model_id"]), int(ident["run"])), ws))
         return found
+
+    def cell_budget(self) -> float | None:
+        """The CLI's --max-budget-usd for the next cell: the per-cell cap, and never more than
+        what is left of the run's budget."""
+        caps = [self.settings.max_cell_cost]
+        if self.settings.max_cost is not None:
+            caps.append(max(self.settings.max_cost - spent(self.run_dir), 0.0))
+        caps = [c for c in caps if c is not None]
+        return min(caps) if caps else None
 
     def cell_context(self, hook=None) -> CellContext:
         if self.settings.rehearse and self.rehearsal is None:
@@ -63,7 +74,8 @@ class PonybenchState:
             home = tempfile.mkdtemp(prefix="ponybench-rehearsal-home-")
             self.rehearsal = Rehearsal(self.arms, self.settings.arms_dir, self.settings.rehearse_ref, home, hook)
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
-                           arms_dir=self.settings.arms_dir, rehearsal=self.rehearsal)
+                           arms_dir=self.settings.arms_dir, rehearsal=self.rehearsal,
+                           max_budget_usd=self.cell_budget(), confine=self.settings.confine)
 
     def stop_rehearsal(self) -> None:
         if self.rehearsal is not None:
@@ -109,10 +121,10 @@ def pytest_configure(config):
         state.run_dir = Path(config.workerinput["ponybench_run_dir"])
         state.claude = config.workerinput["ponybench_claude"]
     else:
-        config.pluginmanager.register(Controller(state), "ponybench-controller")
+        config.pluginmanager.register(Controller(state, config), "ponybench-controller")
         if settings.rescore is not None:
             state.run_dir = settings.rescore
-            state.session = RunSession(state.run_dir, rescore=True)
+            state.session = RunSession(state.run_dir, mode="rescore")
     # pytest's default SIGTERM handling skips `finally` blocks; make SIGTERM an interrupt so
     # every agent process tree is killed on the way out.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -138,8 +150,10 @@ def _validate_selection(state: PonybenchState) -> None:
 class Controller:
     """Registered on the controller only (the one process under -n 0)."""
 
-    def __init__(self, state: PonybenchState):
+    def __init__(self, state: PonybenchState, config):
         self.state = state
+        self.config = config
+        self.announced = False
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node):
@@ -147,11 +161,53 @@ class Controller:
         node.workerinput["ponybench_run_dir"] = str(self.state.run_dir)
         node.workerinput["ponybench_claude"] = self.state.claude
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.announce([_identity_from_nodeid(i) for i in ids])
+
+    def pytest_collection_finish(self, session):
+        from .collect import CellItem
+
+        if not is_worker(session.config):
+            self.announce([cell_identity(i.cell) for i in session.items if isinstance(i, CellItem)])
+
+    def announce(self, cells: list[dict | None]) -> None:
+        """Before the first cell: how many cells, and what they may cost going by earlier runs."""
+        cells = [c for c in cells if c is not None]
+        if self.announced or not cells or self.state.session is None:
+            return
+        self.announced = True
+        history = cost_history(self.state.settings.dir, self.state.run_dir, self.state.settings.rehearse)
+        known = [history[(c["task"], c["model"])] for c in cells if (c["task"], c["model"]) in history]
+        line = f"ponybench: {len(cells)} cells in {self.state.run_dir}"
+        if known:
+            estimate = sum(known) / len(known) * len(cells)
+            line += (f"; estimated cost ${estimate:.2f} from earlier runs of these tasks and models"
+                     f" ({len(cells) - len(known)} of {len(cells)} cells have no history)")
+        else:
+            line += "; no earlier run of these tasks and models to estimate the cost from"
+        if self.state.settings.max_cost is not None:
+            line += f"; budget ${self.state.settings.max_cost:.2f} (${spent(self.state.run_dir):.2f} spent so far)"
+        self.write(line)
+
+    def write(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            if reporter._tw.width_of_current_line:  # after progress dots: start a line of our own
+                reporter.write("\n")
+            reporter.write_line(line)
+
     def pytest_runtest_logreport(self, report):
         """Every report, the controller's own or a worker's replayed: gather here, once."""
         props = dict(report.user_properties)
         if report.when == "call" and "cell" in props:
             self.state.session.add(props)
+            if not props.get("reused"):
+                cost = props.get("cost_usd")
+                self.write(f"ponybench: {props['cell']} {props.get('status')}"
+                           f"{'' if cost is None else f' ${cost:.4f}'}; ${spent(self.state.run_dir):.4f} spent so far")
+        elif report.skipped and BUDGET_REACHED in str(report.longrepr):
+            self.state.session.budget_skipped += 1
         elif report.when == "???":  # xdist: the worker died while running this item
             ident = _identity_from_nodeid(report.nodeid)
             if ident is not None:
@@ -213,9 +269,15 @@ def pytest_sessionstart(session):
     if broken:
         raise pytest.UsageError("instruments broken; refusing to spend:\n  " + "\n  ".join(broken)
                                 + "\nrun `pytest -m selftest` to see each instrument")
-    # Only a run that passed the gate gets a directory.
-    state.run_dir = new_run_dir(state.settings.dir)
-    state.session = RunSession(state.run_dir)
+    if state.settings.confine and shutil.which("bwrap") is None:
+        raise pytest.UsageError("--ponybench-confine needs bubblewrap: apt-get install bubblewrap")
+    # Only a run that passed the gate gets a directory; a resume continues its own.
+    if state.settings.resume is not None:
+        state.run_dir = state.settings.resume
+        state.session = RunSession(state.run_dir, mode="resume")
+    else:
+        state.run_dir = new_run_dir(state.settings.dir)
+        state.session = RunSession(state.run_dir)
 
 
 def _loadable_tasks(state: PonybenchState) -> list[TaskSpec]:
@@ -259,6 +321,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_line(f"{verb} {len(state.session.records)} cells; kept in {state.run_dir}")
     if state.written:
         tr.write_line("wrote " + ", ".join(p.name for p in state.written))
+    if state.session.budget_skipped:
+        tr.write_line(f"{state.session.budget_skipped} cells skipped: {BUDGET_REACHED} "
+                      f"(${spent(state.run_dir):.4f} of ${state.settings.max_cost:.4f}); "
+                      f"finish them later with --ponybench-resume={state.run_dir}", yellow=True)
     if state.settings.rehearse:
         for line in arm_proof_lines(state.session.records):
             tr.write_line(line)

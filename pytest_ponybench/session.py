@@ -15,6 +15,7 @@ from . import report, summary
 
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
+SPEND = "_ponybench.spend.jsonl"  # every paid cell's cost, appended by whichever process ran it
 
 
 def new_run_dir(base: Path) -> Path:
@@ -47,14 +48,58 @@ def read_results(run_dir: Path) -> list[dict]:
     return records
 
 
+def record_spend(run_dir: Path, cell_id: str, cost: float | None) -> None:
+    """Append a finished cell's cost to the run's ledger. Workers share the run directory,
+    so the budget holds across xdist workers; a line is one small O_APPEND write."""
+    line = json.dumps({"cell": cell_id, "cost_usd": cost or 0.0}) + "\n"
+    fd = os.open(Path(run_dir) / SPEND, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def spent(run_dir: Path) -> float:
+    """Dollars recorded by every finished cell of this run so far, earlier sessions included."""
+    total = 0.0
+    try:
+        lines = (Path(run_dir) / SPEND).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0.0
+    for line in lines:
+        try:
+            total += float(json.loads(line).get("cost_usd") or 0.0)
+        except (ValueError, AttributeError):
+            continue
+    return total
+
+
+def cost_history(base: Path, exclude: Path | None, rehearsal: bool) -> dict[tuple[str, str], float]:
+    """Mean cost per (task, model) over earlier runs kept under `base`: the basis of the
+    estimate shown before a run. Rehearsal costs never stand in for real ones, nor back."""
+    costs: dict[tuple[str, str], list[float]] = {}
+    for results in sorted(Path(base).glob(f"*/{RESULTS}")):
+        if exclude is not None and results.parent.resolve() == Path(exclude).resolve():
+            continue
+        for record in read_results(results.parent):
+            cost = record.get("cost_usd")
+            if isinstance(cost, (int, float)) and bool(record.get("rehearsal")) == rehearsal:
+                costs.setdefault((record.get("task"), record.get("model")), []).append(float(cost))
+    return {key: sum(values) / len(values) for key, values in costs.items()}
+
+
 class RunSession:
-    def __init__(self, run_dir: Path, rescore: bool = False):
+    """The controller's view of one run: `mode` is "run", "resume" or "rescore"."""
+
+    def __init__(self, run_dir: Path, mode: str = "run"):
         self.run_dir = run_dir
-        self.rescore = rescore
+        self.mode = mode
         self.records: list[dict] = []
-        # A rescore writes beside the old results and swaps at the end: interrupted, it loses nothing.
-        self.results_path = run_dir / (RESULTS + ".rescore" if rescore else RESULTS)
-        if rescore and self.results_path.exists():
+        self.budget_skipped = 0
+        # A resume or rescore writes beside the old results and merges at the end: interrupted,
+        # it loses nothing (and every workspace keeps its own result anyway).
+        self.results_path = run_dir / (RESULTS if mode == "run" else f"{RESULTS}.{mode}")
+        if self.results_path.exists() and mode != "run":
             self.results_path.unlink()
         self.started = datetime.datetime.now().isoformat(timespec="seconds")
 
@@ -65,25 +110,39 @@ class RunSession:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def _merged(self) -> list[dict]:
+        """This session's records, plus earlier ones of cells it did not report (a resume or
+        rescore narrowed with -k keeps the rest of the run)."""
+        mine = {r["cell"] for r in self.records}
+        earlier = [r for r in read_results(self.run_dir) if r.get("cell") not in mine]
+        return earlier + self.records
+
     def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool = False,
                reference: str = "baseline") -> list[Path]:
         """Write summary.json, then the reports. Results are on disk already, line by line."""
-        if self.rescore and self.results_path.exists():
-            os.replace(self.results_path, self.run_dir / RESULTS)
-        rows = summary.aggregate(self.records)
-        versions = sorted({r.get("claude_version") for r in self.records if r.get("claude_version")})
+        records = self.records
+        if self.mode != "run":
+            records = self._merged()
+            tmp = self.run_dir / f"{RESULTS}.tmp"
+            tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
+            os.replace(tmp, self.run_dir / RESULTS)
+            self.results_path.unlink(missing_ok=True)
+        rows = summary.aggregate(records)
+        versions = sorted({r.get("claude_version") for r in records if r.get("claude_version")})
         data = {
             "date": self.started,
-            "rescored": self.rescore,
+            "mode": self.mode,
             # A rehearsal's figures come from a scripted model: say so wherever they travel.
-            "rehearsal": rehearsal or any(r.get("rehearsal") for r in self.records),
-            "models": {m: model_ids.get(m, m) for m in sorted({r["model"] for r in self.records})},
+            "rehearsal": rehearsal or any(r.get("rehearsal") for r in records),
+            "models": {m: model_ids.get(m, m) for m in sorted({r["model"] for r in records})},
             "claude_version": claude_version or ", ".join(versions),
-            "cells": len(self.records),
+            "cells": len(records),
+            "budget_skipped": self.budget_skipped,
+            "spent_usd": round(spent(self.run_dir), 6),
             "rows": rows,
         }
         path = self.run_dir / SUMMARY
         tmp = path.with_name(SUMMARY + ".tmp")
         tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
         os.replace(tmp, path)
-        return [path] + report.write_reports(self.run_dir, self.records, reference)
+        return [path] + report.write_reports(self.run_dir, records, reference)

@@ -85,3 +85,27 @@ def fresh(workspace: Path) -> None:
     if workspace.exists():
         shutil.rmtree(workspace)
     workspace.mkdir(parents=True)
+
+
+# Names in a run directory that the harness itself writes: everything else that appears or
+# changes there while an agent runs was written by that agent, outside its workspace.
+def _harness_entry(name: str) -> bool:
+    return "__" in name or name.startswith((HARNESS_PREFIX, "results.", "summary.", "report."))
+
+
+def outside_snapshot(run_dir: Path) -> dict[str, tuple]:
+    """What sits beside the workspaces (the run directory's own entries, cells excluded)."""
+    seen = {}
+    for entry in Path(run_dir).iterdir():
+        if _harness_entry(entry.name):
+            continue
+        try:
+            stat = entry.lstat()
+        except OSError:
+            continue
+        seen[entry.name] = (stat.st_mode, stat.st_size, stat.st_mtime_ns)
+    return seen
+
+
+def escaped(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    return sorted(name for name, stat in after.items() if before.get(name) != stat)
