@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from . import report, summary
+from . import summary
 
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
@@ -145,4 +145,6 @@ class RunSession:
         tmp = path.with_name(SUMMARY + ".tmp")
         tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
         os.replace(tmp, path)
+        from . import report  # numpy and scipy: only when a report is written, never when pytest loads the plugin
+
         return [path] + report.write_reports(self.run_dir, records, reference)
