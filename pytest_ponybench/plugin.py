@@ -6,7 +6,6 @@ process); workers collect and run cells. Without xdist one process plays both pa
 """
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import tempfile

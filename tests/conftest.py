@@ -1,6 +1,5 @@
 """Fixtures shared by the project's own tests."""
 import os
-import shutil
 from pathlib import Path
 
 import pytest
