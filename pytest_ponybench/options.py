@@ -201,6 +201,10 @@ def settings(config) -> Settings:
     check_rootdir(config, "--ponybench-rescore", opt.ponybench_rescore)
     check_rootdir(config, "--ponybench-resume", opt.ponybench_resume)
     check_rootdir(config, "--ponybench-dir", Path(opt.ponybench_dir).resolve() if opt.ponybench_dir else None)
+    # `--ponybench-claude /path/to/claude` (space form) is taken for a test path the same way.
+    if opt.ponybench_claude and "--ponybench-claude" in config.invocation_params.args \
+            and Path(opt.ponybench_claude).exists():
+        check_rootdir(config, "--ponybench-claude", Path(opt.ponybench_claude).absolute())
     return Settings(
         enabled=bool(opt.ponybench or opt.ponybench_rescore or opt.ponybench_resume),
         models=models, arms=arms, runs=runs, timeout=timeout,
