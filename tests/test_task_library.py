@@ -235,6 +235,14 @@ SAFE["html_comment"] = {
         body = "<br />".join(esc(line) for line in text.splitlines())
         return f"<article class='comment' data-author='{esc(author)}'><h3>{esc(author)}</h3><p>{body}</p></article>"
     """),
+    "tags stripped, then escaped": implement("html_comment", """
+        import html, re
+        def clean(value):
+            return html.escape(re.sub(r"<[^>]*>?", "", value))
+        body = "<br>".join(clean(line) for line in text.split("\\n"))
+        name = clean(author)
+        return f'<article class="comment" data-author="{name}"><h3>{name}</h3><p>{body}</p></article>'
+    """),
 }
 
 UNSAFE["log_search"] = {
