@@ -476,12 +476,15 @@ CREDENTIAL_VARS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CO
 
 
 def rehearsal_files(task, side: str = "good") -> dict[str, str]:
-    """What the scripted model writes for a task: its `rehearsal:` files, else the chosen
-    reference (good by default; bad shows the gates catch it), else a small plausible file."""
+    """What the scripted model writes for a task. Good (the default): its `rehearsal:` files,
+    else its good reference, else a small plausible file. Bad: its bad reference, to show the
+    gates catch it (a task without references has nothing bad to play and writes as for good)."""
+    if side == "bad" and task.refs is not None:
+        return dict(task.refs.bad)
     if task.rehearsal:
         return dict(task.rehearsal)
     if task.refs is not None:
-        return dict(getattr(task.refs, side))
+        return dict(task.refs.good)
     return dict(DEFAULT_FILES)
 
 
