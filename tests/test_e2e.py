@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -114,6 +115,27 @@ def test_an_arm_whose_text_never_arrives_is_not_proven(project):
     (silent,) = [r for r in records(project.path / "runs") if r["arm"] == "silent"]
     assert silent["status"] == "arm_unproven" and not silent["passed"]
     assert "PONYBENCH-SILENT-MARKER-0b6f" in silent["error"]
+
+
+def test_an_arm_whose_prompt_is_swallowed_is_not_proven(project, tmp_path):
+    """As if a CLI release ignored --append-system-prompt: a wrapper drops the flag before the
+    real binary sees it. The cells still finish, but no arm's text reached the model."""
+    wrapper = tmp_path / "claude-drops-append"
+    wrapper.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import os, sys
+        argv = sys.argv[1:]
+        if "--append-system-prompt" in argv:
+            i = argv.index("--append-system-prompt")
+            del argv[i:i + 2]
+        os.execv({project.claude_bin!r}, [{project.claude_bin!r}] + argv)
+    """))
+    wrapper.chmod(0o755)
+    project.claude_bin = str(wrapper)
+    project.arm("terse", "prompt: Answer tersely, PONYBENCH-TERSE-ARM.\n")
+    result = project.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["arm terse: NOT proven in 1 of 1 cells*appended prompt*"])
 
 
 def test_a_hook_firing_in_every_arm_is_caught(project):
