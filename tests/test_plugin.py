@@ -1,0 +1,373 @@
+"""The plugin end to end, with the stand-in CLI (tests/fakes/fake_claude.py).
+
+One benchmark project is run twice at module scope, with -n 0 and -n 2 side by side, and
+several tests read those runs (records, JUnit XML, summary, argv); runs that test one fault
+each are made per test with pytester, in process where a subprocess would only cost time.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import junitparser
+import pytest
+import yaml
+
+from pytest_ponybench import agent, cell, instruments, summary, workspace
+from pytest_ponybench.spec import ArmSpec, load_task
+from support import ponyproject as pp
+from support import proc_watch
+
+MODEL_ID = "claude-haiku-test-1"  # configured for the alias haiku in the project's ini
+ARMS = {
+    "baseline": "# adds nothing\n{}\n",
+    "brief": "prompt: Be brief.\n",
+    "plug": "plugin: plugins/plug\n",  # a plugin found relative to arms/
+    "ghost": "plugin: ghost-plugin-nowhere\n",  # a plugin found nowhere: its cells never run
+}
+TASKS = {"add": pp.ADD_TASK, "mul": pp.MUL_TASK}
+INI = {"ponybench_model_ids": f"\n    haiku = {MODEL_ID}"}
+# Differ between two runs of the same cells by design: where they are kept.
+VOLATILE = {"workspace"}
+
+
+def write_main_project(root: Path) -> Path:
+    pp.write_project(root, TASKS, ARMS, ini=INI)
+    plugin = root / "arms" / "plugins" / "plug" / ".claude-plugin"
+    plugin.mkdir(parents=True)
+    (plugin / "plugin.json").write_text('{"name": "plug", "version": "1.0.0"}')
+    return root
+
+
+def cells_of_main_project() -> list[str]:
+    return sorted(f"{t}__{a}__haiku__0" for t in TASKS for a in ARMS)
+
+
+class Run:
+    def __init__(self, root: Path, done: subprocess.CompletedProcess):
+        self.root, self.done = root, done
+        self.run_dir = pp.only_run_dir(root)
+        self.records = pp.by_cell(pp.results(self.run_dir))
+
+    def __repr__(self):
+        return f"<Run {self.root} exit {self.done.returncode}>\n{self.done.stdout[-3000:]}\n{self.done.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def main_runs(tmp_path_factory) -> dict[str, Run]:
+    """The main project run with -n 0 (and --junitxml) and, at the same time, with -n 2."""
+    jobs = {}
+    for name, extra in (("n0", ["--junitxml=report.xml"]), ("n2", ["-n", "2"])):
+        root = write_main_project(tmp_path_factory.mktemp(f"main-{name}"))
+        env = pp.fake_env(root, write=pp.GOOD_WRITES, answer="Done.")
+        jobs[name] = (root, pp.bench_args(root, *extra), env)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(pp.run_pytest, *job) for name, job in jobs.items()}
+        return {name: Run(jobs[name][0], future.result()) for name, future in futures.items()}
+
+
+@pytest.fixture
+def keep_sigterm():
+    """An in-process benchmark run turns SIGTERM into an interrupt; give the handler back."""
+    before = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+@pytest.fixture
+def project(pytester, monkeypatch, keep_sigterm):
+    """A pytester project; `project(fake=..., tasks=..., arms=...)` writes it and points the
+    environment at the fake CLI.
+
+    In these in-process runs the gate's process-tree-kill proof is replaced by a no-op: it
+    sleeps a fixed second per run, it is tested in test_agent.py, and the module's main runs
+    (subprocesses) keep the real one."""
+    monkeypatch.setattr(instruments, "prove_tree_kill", lambda: None)
+
+    def make(tasks=None, arms=None, ini=None, **fake):
+        pp.write_project(pytester.path, tasks or {"add": pp.ADD_TASK}, arms or {"baseline": "{}\n"}, ini)
+        for key, value in pp.fake_env(pytester.path, **fake).items():
+            monkeypatch.setenv(key, value)
+        return pytester.path
+
+    return make
+
+
+def strip(record: dict, root: Path) -> dict:
+    """A record without its volatile fields, the project's directory written as <root>
+    (a message may name a path in it, e.g. where a plugin was looked for)."""
+    return {k: v.replace(str(root), "<root>") if isinstance(v, str) else v
+            for k, v in record.items() if k not in VOLATILE}
+
+
+# --- the main run: records, properties, JUnit, results, summary ---------------------------------
+
+def test_the_run_records_every_cell(main_runs):
+    run = main_runs["n0"]
+    assert run.done.returncode == pytest.ExitCode.TESTS_FAILED, run  # the ghost arm's cells fail
+    assert sorted(run.records) == cells_of_main_project()
+    # results.jsonl: one line per cell, the same record the cell kept in its workspace
+    lines = (run.run_dir / "results.jsonl").read_text().splitlines()
+    assert len(lines) == len(cells_of_main_project())
+    for cell_id, record in run.records.items():
+        kept = json.loads((run.run_dir / cell_id / workspace.RESULT).read_text())
+        assert kept == record
+
+
+def test_a_finished_cell_s_record(main_runs):
+    r = main_runs["n0"].records["add__brief__haiku__0"]
+    expected = {
+        "cell": "add__brief__haiku__0", "task": "add", "arm": "brief", "model": "haiku", "model_id": MODEL_ID,
+        "run": 0, "kind": "surgical", "status": "finished", "ran": True, "passed": True, "error": "", "failure": "",
+        "correct": 1, "correct_reason": "ok", "safe": 1, "safe_reason": "no check on this axis",
+        # add.py (3 lines, 1 a comment) and mul.py (2) are source; tests/test_it.py (2) a test
+        "files": 3, "src_files": 2, "total_loc": 5, "src_loc": 4, "test_files": 1, "test_loc": 2,
+        # the fake's usage: 100 in, 20 out, cache 5 read + 7 created
+        "cost_usd": 0.0123, "duration_ms": 1500, "turns": 2, "denials": 0,
+        "in_tokens": 100, "out_tokens": 20, "cache_tokens": 12, "total_tokens": 132,
+        "claude_version": "2.1.328", "served_model": MODEL_ID, "plugins": "builtin-thing",
+        "tools": "Read,Write,Edit,Glob,Grep",
+    }
+    assert {k: r.get(k) for k in expected} == expected
+    assert r["workspace"] == str(main_runs["n0"].run_dir / "add__brief__haiku__0")
+    assert len(r["spec_hash"]) == 12
+    assert all(v is None or isinstance(v, (str, int, float, bool)) for v in r.values())
+
+
+def test_the_plugin_arm_gets_its_plugin_and_the_others_none(main_runs):
+    run = main_runs["n0"]
+    calls = {Path(c["cwd"]).name: c["argv"] for c in pp.calls(run.root)}
+    # the ghost arm's plugin is nowhere: its cells never call the CLI
+    assert sorted(calls) == [c for c in cells_of_main_project() if "__ghost__" not in c]
+    plugin_dir = str((run.root / "arms" / "plugins" / "plug").resolve())
+    for cell_id, argv in calls.items():
+        assert argv[argv.index("--model") + 1] == MODEL_ID  # the ini's alias, not the default id
+        has_plugin = "--plugin-dir" in argv
+        assert has_plugin == ("__plug__" in cell_id), cell_id
+        if has_plugin:
+            assert argv[argv.index("--plugin-dir") + 1] == plugin_dir
+        append = argv[argv.index("--append-system-prompt") + 1]
+        expected = ("Be brief.\n\n" + agent.WRITE_AND_STOP) if "__brief__" in cell_id else agent.WRITE_AND_STOP
+        assert append == expected, cell_id
+    assert run.records["mul__plug__haiku__0"]["plugins"] == "builtin-thing,plug"
+    assert run.records["mul__plug__haiku__0"]["passed"] is True
+
+
+def test_a_plugin_that_is_nowhere_fails_its_arm_s_cells_only(main_runs):
+    run = main_runs["n0"]
+    for task in TASKS:
+        r = run.records[f"{task}__ghost__haiku__0"]
+        assert (r["status"], r["ran"], r["passed"], r["correct"], r["safe"]) == ("not_run", False, False, 0, 0)
+        assert "plugin 'ghost-plugin-nowhere' not found" in r["error"]
+        assert r["failure"].startswith("agent never ran properly (not_run)")
+    assert sum(r["passed"] for r in run.records.values()) == len(TASKS) * 3
+
+
+def test_every_record_field_is_a_junit_property(main_runs):
+    run = main_runs["n0"]
+    xml = junitparser.JUnitXml.fromfile(str(run.root / "report.xml"))
+    cases = {case.name: case for suite in xml for case in suite}
+    assert sorted(cases) == cells_of_main_project()
+    for cell_id, record in run.records.items():
+        case = cases[cell_id]
+        props = {p.name: p.value for p in case.child(junitparser.Properties)}
+        assert props == {k: str(v) for k, v in record.items()}, cell_id
+        for key in ("task", "arm", "model", "correct", "safe", "total_loc", "cost_usd", "status"):
+            assert key in props
+        assert case.is_passed == record["passed"]
+    ghost = cases["add__ghost__haiku__0"]
+    assert "agent never ran properly (not_run)" in ghost.result[0].message
+
+
+def test_summary_json_rows(main_runs):
+    run = main_runs["n0"]
+    data = pp.summary(run.run_dir)
+    assert data["models"] == {"haiku": MODEL_ID} and data["claude_version"] == "2.1.328"
+    assert data["date"] and data["cells"] == len(cells_of_main_project())
+    rows = {(r["task"], r["arm"], r["model"]): r for r in data["rows"]}
+    assert sorted(rows) == sorted((t, a, "haiku") for t in TASKS for a in ARMS)
+    finished = rows[("add", "brief", "haiku")]
+    assert finished == {
+        "task": "add", "arm": "brief", "model": "haiku", "n": 1, "safe_rate": 1.0, "correct_rate": 1.0,
+        "wrote_file_rate": 1.0, "total_loc_median": 5, "total_loc_max": 5, "src_loc_median": 4,
+        "src_files_median": 2, "wrote_tests_rate": 1.0, "cost_mean": 0.0123, "out_tokens_mean": 20,
+        "total_tokens_mean": 132, "time_s_mean": 1.5,
+    }
+    ghost = rows[("add", "ghost", "haiku")]
+    assert (ghost["n"], ghost["correct_rate"], ghost["safe_rate"], ghost["wrote_file_rate"]) == (1, 0.0, 0.0, 0.0)
+    assert ghost["total_loc_median"] == 0 and ghost["cost_mean"] is None
+
+
+def test_the_terminal_summary_table(main_runs):
+    out = main_runs["n0"].done.stdout
+    assert re.search(r"=+ ponybench summary =+", out)
+    assert re.search(r"^add  \(haiku\)$", out, re.M) and re.search(r"^mul  \(haiku\)$", out, re.M)
+    assert re.search(r"^\s+arm\s+n\s+wrote%\s+correct\s+safe\s+LOC\s+tokens\s+\$/run\s+time_s$", out, re.M)
+    assert re.search(r"^\s+brief\s+1\s+1\.0\s+1\.0\s+1\.0\s+5\s+132\s+\$0\.0123\s+1\.5$", out, re.M), out
+    assert re.search(r"^\s+ghost\s+1\s+0\.0\s+0\.0\s+0\.0\s+0\s+-\s+-\s+-$", out, re.M), out
+    assert f"ran {len(cells_of_main_project())} cells; kept in {main_runs['n0'].run_dir}" in out
+
+
+def test_xdist_gives_the_same_results_and_summary(main_runs):
+    n0, n2 = main_runs["n0"], main_runs["n2"]
+    assert n2.done.returncode == n0.done.returncode, n2
+    assert "created: 2/2 workers" in n2.done.stdout
+    assert {k: strip(r, n2.root) for k, r in n2.records.items()} == {k: strip(r, n0.root) for k, r in n0.records.items()}
+    assert len((n2.run_dir / "results.jsonl").read_text().splitlines()) == len(cells_of_main_project())
+    assert pp.summary(n2.run_dir)["rows"] == pp.summary(n0.run_dir)["rows"]
+    assert len(pp.calls(n2.root)) == len(pp.calls(n0.root))
+
+
+def test_rescore_gives_the_same_results_with_no_cli_call(main_runs, project, pytester):
+    source = main_runs["n0"]
+    root = project(tasks=TASKS, arms=ARMS, ini=INI)
+    shutil.copytree(source.root / "arms" / "plugins", root / "arms" / "plugins")
+    kept = root / "kept" / source.run_dir.name
+    shutil.copytree(source.run_dir, kept)
+    # One workspace changed since the run: its figures must be recomputed from the files.
+    (kept / "add__brief__haiku__0" / "add.py").unlink()
+    result = pytester.runpytest(f"--ponybench-rescore={kept}", *pp.QUIET)
+    assert pp.calls(root) == [], "a rescore called the CLI"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    rescored = pp.by_cell(pp.results(kept))
+    assert sorted(rescored) == sorted(source.records)
+    changed = rescored.pop("add__brief__haiku__0")
+    before = source.records["add__brief__haiku__0"]
+    assert (changed["correct"], changed["passed"]) == (0, False)
+    assert changed["correct_reason"] == "add.py was not written"
+    assert (changed["total_loc"], changed["files"]) == (before["total_loc"] - 3, before["files"] - 1)
+    assert changed["cost_usd"] == before["cost_usd"]  # usage is read back from the kept transcript
+    for cell_id, record in rescored.items():
+        assert strip(record, source.root) == strip(source.records[cell_id], source.root), cell_id
+        assert record["workspace"] == str(kept / cell_id)
+    assert f"rescored {len(source.records)} cells" in result.stdout.str()
+
+
+# --- without --ponybench, and selection ----------------------------------------------------------
+
+def test_without_ponybench_no_cell_is_collected_or_run(project, pytester):
+    root = project(tasks=TASKS, arms=ARMS, write=pp.GOOD_WRITES)
+    result = pytester.runpytest("-v", *pp.QUIET)
+    result.assert_outcomes(passed=2 * len(TASKS) + 2)  # each task's two references, two harness proofs
+    assert "__haiku__" not in result.stdout.str()
+    assert pp.calls(root) == []
+    assert not (root / "runs").exists()
+
+
+def collected(result) -> list[str]:
+    return sorted(line.split("::")[-1] for line in result.stdout.lines if "::" in line)
+
+
+@pytest.mark.parametrize("select, expected", [
+    (["-k", "brief"], ["add__brief__haiku__0", "mul__brief__haiku__0"]),
+    (["-k", "mul and not plug and not ghost"], ["mul__baseline__haiku__0", "mul__brief__haiku__0"]),
+    (["-m", "mathy"], ["add__baseline__haiku__0", "add__brief__haiku__0", "add__ghost__haiku__0",
+                       "add__plug__haiku__0"]),
+])
+def test_selection_by_task_arm_and_tag(project, pytester, select, expected):
+    root = project(tasks=TASKS, arms=ARMS)
+    result = pytester.runpytest(*pp.bench_args(root, "--co", "-q", *select))
+    assert result.ret == pytest.ExitCode.OK
+    assert collected(result) == expected
+
+
+# --- faults: each one run ----------------------------------------------------------------------------
+
+def test_a_cell_timeout_kills_the_agent_and_leaves_no_process(project, pytester):
+    root = project(mode="hang", write={"add.py": "def add(a, b):\n    return a + b\n"})
+    try:
+        result = pytester.runpytest(*pp.bench_args(root, "--ponybench-timeout", "1"))
+        survivors = proc_watch.wait_until_dead(proc_watch.working_in(root / "runs"), timeout=2)
+    finally:
+        proc_watch.kill(proc_watch.working_in(root / "runs"))
+    assert survivors == [], "a process of the timed-out cell survived"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [record] = pp.results(pp.only_run_dir(root))
+    assert (record["status"], record["ran"], record["passed"]) == ("timeout", False, False)
+    assert "ran past the cell timeout of 1 s" in record["error"]
+    assert record["out_tokens"] == 20 and record["cost_usd"] is None  # usage seen before the kill
+    result.stdout.fnmatch_lines(["agent never ran properly (timeout): the agent ran past the cell timeout of 1 s*"])
+
+
+def test_garbage_output_is_bad_output_and_the_run_goes_on(project, pytester):
+    root = project(arms={"baseline": "{}\n", "brief": "prompt: Be brief.\n"}, mode="garbage")
+    result = pytester.runpytest(*pp.bench_args(root))
+    result.assert_outcomes(failed=2, deselected=4)  # the two references and the two harness proofs
+    assert len(pp.calls(root)) == 2
+    for record in pp.results(pp.only_run_dir(root)):
+        assert (record["status"], record["ran"], record["correct"]) == ("bad_output", False, 0)
+        assert "not stream-json" in record["error"] and "this is not json" in record["error"]
+
+
+def test_a_missing_cli_is_one_usage_error(project, pytester):
+    root = project()
+    result = pytester.runpytest(*pp.bench_args(root, claude="/nonexistent/claude"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.str().count("--ponybench-claude: /nonexistent/claude is not an executable file") == 1
+    assert "PASSED" not in result.stdout.str() and "FAILED" not in result.stdout.str()
+    assert pp.run_dirs(root) == []
+
+
+INTRUDER = {"name": "intruder", "path": "/opt/plugins/intruder", "source": "inline"}
+
+
+@pytest.mark.parametrize("fake, problem", [
+    ({"extra_plugins": [INTRUDER]}, "intruder"),
+    ({"extra_tools": ["Bash"]}, "Bash was available"),
+])
+def test_a_wrong_arm_in_the_init_line_fails_the_cell(project, pytester, fake, problem):
+    root = project(arms={"baseline": "{}\n", "plug": "plugin: plug\n"}, write=pp.GOOD_WRITES, **fake)
+    (root / "arms" / "plug").mkdir()
+    result = pytester.runpytest(*pp.bench_args(root))
+    result.assert_outcomes(failed=2, deselected=4)
+    records = pp.by_cell(pp.results(pp.only_run_dir(root)))
+    assert sorted(records) == ["add__baseline__haiku__0", "add__plug__haiku__0"]
+    for record in records.values():
+        assert (record["status"], record["ran"], record["passed"]) == ("wrong_arm", False, False)
+        assert problem in record["error"]
+        assert record["failure"].startswith("agent never ran properly (wrong_arm)")
+
+
+BROKEN_REF = {**pp.ADD_TASK, "refs": {**pp.ADD_TASK["refs"], "bad": pp.ADD_TASK["refs"]["good"]}}
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_broken_instrument_refuses_to_spend(project, pytester, workers):
+    root = project(tasks={"add": BROKEN_REF, "mul": pp.MUL_TASK}, write=pp.GOOD_WRITES)
+    args = pp.bench_args(root, "-n", workers)
+    result = pytester.runpytest_subprocess(*args) if workers != "0" else pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "instruments broken; refusing to spend" in err
+    assert "add.yaml: the bad reference passes the correct check" in err
+    assert "mul.yaml" not in err
+    assert pp.calls(root) == []
+    assert pp.run_dirs(root) == []
+
+
+# --- scoring a cell whose agent never ran properly ---------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "cell.score_cell runs the checks and keeps their verdicts whatever the status, so a cell whose agent "
+    "timed out or ran the wrong arm can record correct=1 safe=1, and summary rates count it; "
+    "docs/architecture.md: correct/safe are 0 when the agent never ran"))
+@pytest.mark.parametrize("status", [agent.STATUS_WRONG_ARM, agent.STATUS_TIMEOUT, agent.STATUS_BAD_OUTPUT])
+def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
+    task_path = tmp_path / "add.yaml"
+    task_path.write_text(yaml.safe_dump(pp.ADD_TASK))
+    task = load_task(task_path, tmp_path)
+    c = cell.Cell(task, ArmSpec(name="baseline", path=None), "haiku", MODEL_ID, 0)
+    ws = tmp_path / c.id
+    ws.mkdir()
+    (ws / "add.py").write_text(pp.GOOD_WRITES["add.py"])  # written before the agent was stopped
+    (ws / cell.AGENT_RECORD).write_text(json.dumps({"status": status, "error": "it did not run properly"}))
+    record = cell.score_cell(c, ws)
+    assert record["ran"] is False and record["passed"] is False
+    assert (record["correct"], record["safe"]) == (0, 0)
+    rows = summary.aggregate([record])
+    assert rows[0]["correct_rate"] == 0.0 and rows[0]["safe_rate"] == 0.0
