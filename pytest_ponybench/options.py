@@ -7,6 +7,7 @@ are rejected by argparse types at parse time, before anything runs.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def positive_int(value: str) -> int:
     return number
 
 
+MAX_SECONDS = 7 * 24 * 3600
+
+
 def positive_seconds(value: str) -> float:
     try:
         number = float(value)
@@ -40,6 +44,8 @@ def positive_seconds(value: str) -> float:
         raise argparse.ArgumentTypeError(f"'{value}' is not a number of seconds") from None
     if not number > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    if not number <= MAX_SECONDS:  # inf or 1e12 overflow pytest-timeout's alarm: an INTERNALERROR
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS} seconds (a week), got {value}")
     return number
 
 
@@ -50,6 +56,8 @@ def positive_usd(value: str) -> float:
         raise argparse.ArgumentTypeError(f"'{value}' is not an amount in US dollars") from None
     if not number > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 dollars, got {value}")
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"must be a finite amount of dollars, got {value}")
     return number
 
 
