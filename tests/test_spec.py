@@ -363,6 +363,8 @@ def test_continue_on_collection_errors_runs_the_other_tasks(pytester, monkeypatc
     (["--arms", ",,"], "--arms"),
     (["--ponybench-timeout", "0"], "--ponybench-timeout"), (["--ponybench-timeout=-5"], "--ponybench-timeout"),
     (["--ponybench-timeout", "soon"], "--ponybench-timeout"), (["--ponybench-timeout", "nan"], "--ponybench-timeout"),
+    (["--ponybench-timeout", "inf"], "--ponybench-timeout"), (["--ponybench-timeout", "1e12"], "--ponybench-timeout"),
+    (["--ponybench-max-cost", "inf"], "--ponybench-max-cost"), (["--ponybench-max-cost", "0"], "--ponybench-max-cost"),
 ])
 def test_bad_option_values_are_usage_errors(pytester, args, option):
     result = pytester.runpytest("--co", *args)
