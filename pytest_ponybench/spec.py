@@ -152,6 +152,8 @@ def check_relative(path: Path, fieldname: str, rel: object) -> str:
         raise SpecError(f"{path}: field '{fieldname}': '{rel}' is absolute; give a path relative to the workspace")
     if ".." in pure.parts:
         raise SpecError(f"{path}: field '{fieldname}': '{rel}' climbs out of the workspace with '..'")
+    if not pure.parts:  # "." or "./": the workspace itself, which no file can be written to
+        raise SpecError(f"{path}: field '{fieldname}': '{rel}' names the workspace itself, not a file")
     if pure.parts and pure.parts[0].startswith(HARNESS_PREFIX):
         raise SpecError(f"{path}: field '{fieldname}': '{rel}' uses the harness prefix {HARNESS_PREFIX}")
     return str(pure)
