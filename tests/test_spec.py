@@ -121,6 +121,13 @@ def test_a_seed_path_climbing_out(tmp_path, rel):
     assert "field 'seed'" in message and "climbs out of the workspace with '..'" in message
 
 
+@pytest.mark.parametrize("rel", [".", "./"])
+def test_a_seed_path_naming_the_workspace_itself(tmp_path, rel):
+    # Before: accepted, then writing the seed crashed the gate with IsADirectoryError.
+    message = error_of(tmp_path, {**GOOD, "seed": {rel: "x"}})
+    assert "field 'seed'" in message and "names the workspace itself" in message
+
+
 def test_an_entry_file_climbing_out(tmp_path):
     assert "field 'file'" in error_of(tmp_path, {**GOOD, "file": "../add.py"})
 
