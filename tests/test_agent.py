@@ -115,6 +115,27 @@ def test_a_killed_run_keeps_the_usage_seen_so_far(tmp_path):
     assert m["served_model"] == "claude-haiku-4-5-20251001"  # from the init line, no modelUsage yet
 
 
+def test_a_flooded_transcript_is_cut_to_head_and_tail_and_still_scores(tmp_path):
+    fillers = [assistant(f"m{i}", "x" * 80) for i in range(400)]  # about 50 KiB
+    path = write_lines(tmp_path / "t.jsonl", INIT, *fillers, assistant("last", "the final words"), RESULT)
+    size = path.stat().st_size
+    agent.bound_file(path, keep=4096)
+    cut = path.read_bytes()
+    assert len(cut) < 2 * 4096 + 200 < size
+    assert f"cut from a {size}-byte output".encode() in cut
+    t = agent.read_transcript(path)
+    assert t.init == INIT and t.result == RESULT  # the head keeps the init line, the tail the result
+    assert t.garbage == 0  # whole lines only, and the marker line is not counted as garbage
+    assert t.last_text == "the final words"
+
+
+def test_a_small_transcript_is_left_alone(tmp_path):
+    path = write_lines(tmp_path / "t.jsonl", INIT, RESULT)
+    before = path.read_bytes()
+    agent.bound_file(path, keep=4096)
+    assert path.read_bytes() == before
+
+
 # --- usage_metrics -------------------------------------------------------------------------
 
 def test_usage_metrics_maps_the_result_fields(tmp_path):
