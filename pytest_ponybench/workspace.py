@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import shutil
+import stat
 from pathlib import Path
 
 from .metrics import git
@@ -87,23 +89,29 @@ def fresh(workspace: Path) -> None:
     workspace.mkdir(parents=True)
 
 
-# Names in a run directory that the harness itself writes: everything else that appears or
-# changes there while an agent runs was written by that agent, outside its workspace.
-def _harness_entry(name: str) -> bool:
-    return "__" in name or name.startswith((HARNESS_PREFIX, "results.", "summary.", "report."))
+# Entries of a run directory that the harness itself writes: everything else that appears or
+# changes there while an agent runs was written by that agent, outside its workspace. Cell
+# workspaces (and copies a resume kept aside) are directories named like a cell id; any other
+# name with "__" in it (an agent's `../__init__.py`) is the agent's.
+CELL_DIR_RE = re.compile(r"^[^_][^/]*?__[^/]+?__[^/]+?__\d+(\.stale-[\w-]+)?$")
+
+
+def _harness_entry(name: str, mode: int) -> bool:
+    if stat.S_ISDIR(mode) and CELL_DIR_RE.match(name):
+        return True
+    return name.startswith((HARNESS_PREFIX, "results.", "summary.", "report."))
 
 
 def outside_snapshot(run_dir: Path) -> dict[str, tuple]:
     """What sits beside the workspaces (the run directory's own entries, cells excluded)."""
     seen = {}
     for entry in Path(run_dir).iterdir():
-        if _harness_entry(entry.name):
-            continue
         try:
-            stat = entry.lstat()
+            info = entry.lstat()
         except OSError:
             continue
-        seen[entry.name] = (stat.st_mode, stat.st_size, stat.st_mtime_ns)
+        if not _harness_entry(entry.name, info.st_mode):
+            seen[entry.name] = (info.st_mode, info.st_size, info.st_mtime_ns)
     return seen
 
 
