@@ -114,7 +114,12 @@ class CellItem(_PlainFailure, pytest.Item):
                 record = kept  # finished in an earlier session: reported, never paid twice
             else:
                 self.check_budget(state)
-                record = cells.run_cell(self.cell, state.cell_context(self.config.hook))
+                ctx = state.cell_context(self.config.hook)
+                if ctx.max_budget_usd is not None and ctx.max_budget_usd <= 0:
+                    # Another worker's cell finished since the check and used up the budget:
+                    # skip, never start the CLI with --max-budget-usd 0 (which it rejects).
+                    self.check_budget(state)
+                record = cells.run_cell(self.cell, ctx)
         except pytest.skip.Exception:
             raise
         except BaseException as exc:
