@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -348,6 +349,53 @@ def test_a_broken_instrument_refuses_to_spend(project, pytester, workers):
     assert "mul.yaml" not in err
     assert pp.calls(root) == []
     assert pp.run_dirs(root) == []
+
+
+# A stand-in that makes two cells overlap for sure: the "escaper" arm's agent writes beside its
+# workspace only once the "innocent" arm's agent has started, and the innocent one finishes only
+# after that write. Synchronised through files outside the run directory; bounded waits.
+OVERLAPPING_FAKE = """\
+import os, runpy, sys, time
+from pathlib import Path
+
+fake, sync = os.environ["PONY_REAL_FAKE"], Path(os.environ["PONY_SYNC"])
+if sys.argv[1:] != ["--version"]:
+    deadline = time.monotonic() + 20
+    if "__escaper__" in Path.cwd().name:
+        while not (sync / "innocent-started").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        Path("..", "escaped-by-agent.txt").write_text("outside")
+        (sync / "escaped").touch()
+    else:
+        (sync / "innocent-started").touch()
+        while not (sync / "escaped").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+sys.argv[0] = fake
+runpy.run_path(fake, run_name="__main__")
+"""
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "cell.run_cell compares snapshots of the whole run directory taken before and after its own "
+    "agent ran, so under xdist a write beside the workspaces by one cell's agent is also blamed on "
+    "every cell that was running at the same time"))
+def test_under_xdist_an_escape_is_blamed_on_the_escaping_cell_only(project, pytester, monkeypatch):
+    root = project(arms={"escaper": "{}\n", "innocent": "{}\n"}, write=pp.GOOD_WRITES)
+    fake = root / "overlapping_fake.py"
+    fake.write_text(OVERLAPPING_FAKE)
+    (root / "sync").mkdir()
+    monkeypatch.setenv("PONY_REAL_FAKE", str(pp.FAKE))
+    monkeypatch.setenv("PONY_SYNC", str(root / "sync"))
+    wrapper = root / "claude"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+    wrapper.chmod(0o755)
+    result = pytester.runpytest_subprocess(*pp.bench_args(root, "-n", "2", claude=wrapper))
+    records = pp.by_cell(pp.results(pp.only_run_dir(root)))
+    assert (root / "sync" / "escaped").exists() and (root / "sync" / "innocent-started").exists()
+    escaper, innocent = records["add__escaper__haiku__0"], records["add__innocent__haiku__0"]
+    assert escaper["escaped"] == "escaped-by-agent.txt" and not escaper["passed"]
+    assert innocent["escaped"] == "", "the innocent cell was blamed for the other cell's write"
+    assert innocent["passed"], result.stdout.str()
 
 
 # --- scoring a cell whose agent never ran properly ---------------------------------------------------
