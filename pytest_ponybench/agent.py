@@ -197,6 +197,17 @@ class Transcript:
     garbage: int = 0
     first_garbage: str = ""
     usage_seen: dict = field(default_factory=dict)  # summed per assistant message, for killed cells
+    written: list[str] = field(default_factory=list)  # paths the agent's write tools wrote (no error)
+
+
+# The agent has no Bash: these tools are how it writes files. The path is in their input.
+WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
+
+
+def _blocks(event: dict) -> list[dict]:
+    message = event.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
 def _lines(path: Path):
@@ -219,6 +230,8 @@ def read_transcript(path: Path) -> Transcript:
     if not path.exists():
         return seen
     usage_by_message: dict[str, dict] = {}
+    writes: dict[str, str] = {}  # tool_use id -> path, for the agent's write tools
+    failed: set[str] = set()  # tool_use ids whose result was an error (e.g. a read-only file system)
     for raw in _lines(path):
         text = raw.decode("utf-8", "replace").strip() if raw is not None else None
         if text == "" or (text or "").startswith("[ponybench:"):  # blank, or the harness's cut marker
@@ -242,9 +255,17 @@ def read_transcript(path: Path) -> Transcript:
             message = event["message"]
             if isinstance(message.get("usage"), dict):
                 usage_by_message[str(message.get("id", seen.events))] = message["usage"]
-            texts = [b.get("text", "") for b in message.get("content") or [] if isinstance(b, dict) and b.get("type") == "text"]
+            texts = [b.get("text", "") for b in _blocks(event) if b.get("type") == "text"]
             if texts:
                 seen.last_text = "\n".join(texts)
+            for block in _blocks(event):
+                key = WRITE_TOOLS.get(block.get("name")) if block.get("type") == "tool_use" else None
+                if key and isinstance(block.get("input"), dict) and isinstance(block["input"].get(key), str):
+                    writes[str(block.get("id"))] = block["input"][key]
+        elif kind == "user":
+            failed.update(str(b.get("tool_use_id")) for b in _blocks(event)
+                          if b.get("type") == "tool_result" and b.get("is_error"))
+    seen.written = [p for tool_id, p in writes.items() if tool_id not in failed]
     for usage in usage_by_message.values():
         for key, value in usage.items():
             if isinstance(value, int):

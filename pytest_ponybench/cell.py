@@ -57,6 +57,7 @@ class CellContext:
     rehearsal: Rehearsal | None = None
     max_budget_usd: float | None = None  # passed to the CLI as --max-budget-usd
     confine: bool = False  # run the agent under bubblewrap: only its workspace writable
+    exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
 
 
 def append_text(arm: ArmSpec) -> str:
@@ -116,10 +117,11 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
         argv = agent.confine(argv, ws, env)
     before = workspace.outside_snapshot(ctx.run_dir)
     outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
-    escaped = workspace.escaped(before, workspace.outside_snapshot(ctx.run_dir))
+    changed_beside = workspace.escaped(before, workspace.outside_snapshot(ctx.run_dir))
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
+    escaped = workspace.blame(ws, changed_beside, transcript.written, ctx.exclusive)
     status, error = agent.judge(outcome, transcript, ws / workspace.STDERR, ctx.timeout)
     if status == agent.STATUS_FINISHED:
         wrong = agent.verify_arm(transcript.init, plugin_dir)
@@ -153,10 +155,14 @@ def score_cell(cell: Cell, ws: Path) -> dict:
     record.update(agent.usage_metrics(transcript))
     if status == agent.STATUS_NOT_RUN:
         record.update(metrics.EMPTY)
-        verdicts = {axis: checks.Verdict(False, "the agent never ran") for axis in ("correct", "safe")}
     else:
         record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws), answer))
+    if record["ran"]:
         verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout)
+    else:
+        # What an agent left behind when it never ran properly does not count as its answer.
+        verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
+                    for axis in ("correct", "safe")}
     delivered = record["total_loc"] > 0
     for axis in ("correct", "safe"):
         if axis in verdicts:

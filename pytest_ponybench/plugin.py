@@ -36,6 +36,7 @@ class PonybenchState:
     session: RunSession | None = None  # the controller's
     rehearsal: object | None = None  # this process's rehearsal.Rehearsal, started lazily
     written: list[Path] = field(default_factory=list)  # files the session wrote at its end
+    is_worker: bool = False  # an xdist worker: other cells run beside this process's
 
     def selected_arms(self) -> list[ArmSpec]:
         names = self.settings.arms or sorted(self.arms)
@@ -74,7 +75,8 @@ class PonybenchState:
             self.rehearsal = Rehearsal(self.arms, self.settings.arms_dir, self.settings.rehearse_ref, home, hook)
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
                            arms_dir=self.settings.arms_dir, rehearsal=self.rehearsal,
-                           max_budget_usd=self.cell_budget(), confine=self.settings.confine)
+                           max_budget_usd=self.cell_budget(), confine=self.settings.confine,
+                           exclusive=not self.is_worker)
 
     def stop_rehearsal(self) -> None:
         if self.rehearsal is not None:
@@ -117,6 +119,7 @@ def pytest_configure(config):
     if not settings.enabled:
         return
     if is_worker(config):
+        state.is_worker = True
         state.run_dir = Path(config.workerinput["ponybench_run_dir"])
         state.claude = config.workerinput["ponybench_claude"]
     else:

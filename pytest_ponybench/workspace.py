@@ -117,3 +117,23 @@ def outside_snapshot(run_dir: Path) -> dict[str, tuple]:
 
 def escaped(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
     return sorted(name for name, stat in after.items() if before.get(name) != stat)
+
+
+def blame(workspace: Path, changed_beside: list[str], written: list[str], exclusive: bool) -> list[str]:
+    """What this cell's agent wrote outside its workspace.
+
+    `written` are the paths its write tools wrote (from its transcript), anywhere outside the
+    workspace; `changed_beside` are the run directory's entries that changed while it ran. A
+    process that runs one cell at a time blames every change beside the workspace (a plugin
+    hook may write without a tool call); under xdist other cells run at the same time, so a
+    change is blamed only on the cell whose agent wrote it."""
+    ws = Path(workspace).resolve()
+    run_dir = ws.parent
+    outside = [Path(p) for p in written if ws != Path(p).resolve() and ws not in Path(p).resolve().parents]
+    named = set()
+    for path in outside:
+        resolved = path.resolve()
+        inside_run = run_dir in resolved.parents
+        named.add(resolved.relative_to(run_dir).parts[0] if inside_run else str(resolved))
+    beside = set(changed_beside) if exclusive else {n for n in changed_beside if n in named}
+    return sorted(named | beside)

@@ -359,26 +359,26 @@ import os, runpy, sys, time
 from pathlib import Path
 
 fake, sync = os.environ["PONY_REAL_FAKE"], Path(os.environ["PONY_SYNC"])
+escaper = sys.argv[1:] != ["--version"] and "__escaper__" in Path.cwd().name
 if sys.argv[1:] != ["--version"]:
     deadline = time.monotonic() + 20
-    if "__escaper__" in Path.cwd().name:
+    if escaper:
         while not (sync / "innocent-started").exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        Path("..", "escaped-by-agent.txt").write_text("outside")
-        (sync / "escaped").touch()
+        os.environ["PONYBENCH_FAKE_MODE"] = "escape"  # writes ../escaped-by-agent.txt with a Write call
     else:
         (sync / "innocent-started").touch()
         while not (sync / "escaped").exists() and time.monotonic() < deadline:
             time.sleep(0.02)
 sys.argv[0] = fake
-runpy.run_path(fake, run_name="__main__")
+try:
+    runpy.run_path(fake, run_name="__main__")
+finally:
+    if escaper:
+        (sync / "escaped").touch()  # the innocent cell's agent is still running at this point
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cell.run_cell compares snapshots of the whole run directory taken before and after its own "
-    "agent ran, so under xdist a write beside the workspaces by one cell's agent is also blamed on "
-    "every cell that was running at the same time"))
 def test_under_xdist_an_escape_is_blamed_on_the_escaping_cell_only(project, pytester, monkeypatch):
     root = project(arms={"escaper": "{}\n", "innocent": "{}\n"}, write=pp.GOOD_WRITES)
     fake = root / "overlapping_fake.py"
@@ -400,10 +400,6 @@ def test_under_xdist_an_escape_is_blamed_on_the_escaping_cell_only(project, pyte
 
 # --- scoring a cell whose agent never ran properly ---------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cell.score_cell runs the checks and keeps their verdicts whatever the status, so a cell whose agent "
-    "timed out or ran the wrong arm can record correct=1 safe=1, and summary rates count it; "
-    "docs/architecture.md: correct/safe are 0 when the agent never ran"))
 @pytest.mark.parametrize("status", [agent.STATUS_WRONG_ARM, agent.STATUS_TIMEOUT, agent.STATUS_BAD_OUTPUT])
 def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
     task_path = tmp_path / "add.yaml"

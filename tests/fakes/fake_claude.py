@@ -6,9 +6,16 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
 
   write:    {relative path: content} to write into the working directory
   answer:   the final text
-  mode:     "ok" (default), "hang" (sleep forever with children), "garbage", "crash",
+  mode:     (or env PONYBENCH_FAKE_MODE) "ok" (default), "hang" (sleep forever with children), "garbage", "crash",
             "flood" (print `flood_mb` MiB without newlines, then exit 0), "no_result",
-            "error_result", "root_refusal", "escape" (also write outside the workspace)
+            "error_result", "root_refusal", "escape" (also write `escape_to`, default
+            "escaped-by-agent.txt", in the parent of the workspace),
+            "hang_tree" (like "hang", printing its child's pid to stderr as `fake-pid: N`),
+            "spawn_setsid" (leave a setsid grandchild sleeping, pid on stderr, and finish),
+            "sleep_then_ok" (sleep `sleep` seconds, then finish), "kill_worker" (SIGKILL the
+            process that started the harness's supervisor, e.g. an xdist worker, then hang)
+  cells:    {cell id: {keys as above}}: overrides for the cell whose workspace (the working
+            directory) has that name, e.g. one hanging cell among good ones
   extra_plugins / extra_tools: added to the init line (a wrong arm)
   drop_plugin: leave the --plugin-dir plugin out of the init line
   cost, input_tokens, output_tokens: usage figures
@@ -32,10 +39,11 @@ def main(argv):
         print("2.1.328 (Claude Code)")
         return 0
     spec = json.loads(Path(os.environ["PONYBENCH_FAKE"]).read_text()) if os.environ.get("PONYBENCH_FAKE") else {}
+    spec.update(spec.get("cells", {}).get(Path.cwd().name, {}))
     if spec.get("calls"):
         with open(spec["calls"], "a") as fh:
             fh.write(json.dumps({"cwd": os.getcwd(), "argv": argv}) + "\n")
-    mode = spec.get("mode", "ok")
+    mode = os.environ.get("PONYBENCH_FAKE_MODE") or spec.get("mode", "ok")
     if mode == "root_refusal":
         print("--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons",
               file=sys.stderr)
@@ -71,7 +79,43 @@ def main(argv):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
     if mode == "escape":
-        Path("..", "escaped-by-agent.txt").write_text("outside")
+        # As the real CLI would: the agent's Write tool call, its result, and the file.
+        target = Path("..", spec.get("escape_to", "escaped-by-agent.txt")).resolve()
+        target.write_text("outside")
+        emit({"type": "assistant", "message": {"id": "msg_escape", "role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_escape", "name": "Write",
+             "input": {"file_path": str(target), "content": "outside"}}]}})
+        emit({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_escape", "content": "File created"}]}})
+    if mode == "sleep_then_ok":
+        time.sleep(float(spec.get("sleep", 2)))
+    if mode == "spawn_setsid":
+        # Double fork: the grandchild leads its own session and its parent is gone, so only a
+        # subreaper (or init) is left to own it.
+        read, write = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.close(read)
+                os.write(write, str(os.getpid()).encode())
+                os.close(write)
+                time.sleep(600)
+            os._exit(0)
+        os.close(write)
+        grandchild = os.read(read, 32).decode()
+        print(f"fake-pid: {grandchild}", file=sys.stderr, flush=True)
+    if mode == "kill_worker":
+        # The CLI's parent is the harness's supervisor; its parent is the process that ran the
+        # cell (an xdist worker).
+        stat = Path(f"/proc/{os.getppid()}/stat").read_text()
+        worker = int(stat[stat.rfind(")") + 2:].split()[1])
+        print(f"fake-pid: {worker}", file=sys.stderr, flush=True)
+        os.kill(worker, 9)
+        time.sleep(600)
+    if mode == "hang_tree":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(f"fake-pid: {child.pid}", file=sys.stderr, flush=True)
+        time.sleep(600)
     if mode == "hang":
         # A child that would outlive a careless kill, then block forever.
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
