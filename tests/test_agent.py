@@ -136,6 +136,28 @@ def test_a_small_transcript_is_left_alone(tmp_path):
     assert path.read_bytes() == before
 
 
+def tool_use(tool_id: str, name: str, **tool_input) -> dict:
+    return {"type": "assistant", "message": {"id": f"m-{tool_id}", "role": "assistant", "content": [
+        {"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}]}}
+
+
+def tool_result(tool_id: str, is_error: bool = False) -> dict:
+    return {"type": "user", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": tool_id, "is_error": is_error, "content": "..."}]}}
+
+
+def test_the_paths_the_agent_s_write_tools_wrote(tmp_path):
+    path = write_lines(tmp_path / "t.jsonl", INIT,
+                       tool_use("t1", "Write", file_path="/w/a.py", content="x"), tool_result("t1"),
+                       tool_use("t2", "Edit", file_path="/w/b.py", old_string="a", new_string="b"),
+                       tool_result("t2", is_error=True),  # refused: nothing was written
+                       tool_use("t3", "Read", file_path="/w/c.py"), tool_result("t3"),  # not a write
+                       tool_use("t4", "NotebookEdit", notebook_path="/w/n.ipynb", new_source="1"),
+                       tool_result("t4"),
+                       tool_use("t5", "Write", content="no path"), RESULT)
+    assert agent.read_transcript(path).written == ["/w/a.py", "/w/n.ipynb"]
+
+
 # --- usage_metrics -------------------------------------------------------------------------
 
 def test_usage_metrics_maps_the_result_fields(tmp_path):
