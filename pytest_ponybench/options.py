@@ -21,6 +21,11 @@ def csv_names(value: str) -> list[str]:
     for name in names:
         if not NAME_RE.match(name) or "__" in name:
             raise argparse.ArgumentTypeError(f"'{name}' is not a valid name (letters, digits, '.', '-', '_')")
+    # A name given twice makes two items with one cell id: one workspace for two runs (raced
+    # under xdist), two records of one cell. --runs N is how a cell is repeated.
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"'{repeated[0]}' is given twice; use --runs to repeat cells")
     return names
 
 
