@@ -367,7 +367,8 @@ def test_continue_on_collection_errors_runs_the_other_tasks(pytester, monkeypatc
 @pytest.mark.parametrize("args, option", [
     (["--runs", "0"], "--runs"), (["--runs", "two"], "--runs"), (["--runs=-1"], "--runs"),
     (["--models", ""], "--models"), (["--models", "haiku,bad name"], "--models"), (["--models", "a__b"], "--models"),
-    (["--arms", ",,"], "--arms"),
+    (["--arms", ",,"], "--arms"), (["--arms", "baseline,yagni,baseline"], "--arms"),
+    (["--models", "haiku,haiku"], "--models"),
     (["--ponybench-timeout", "0"], "--ponybench-timeout"), (["--ponybench-timeout=-5"], "--ponybench-timeout"),
     (["--ponybench-timeout", "soon"], "--ponybench-timeout"), (["--ponybench-timeout", "nan"], "--ponybench-timeout"),
     (["--ponybench-timeout", "inf"], "--ponybench-timeout"), (["--ponybench-timeout", "1e12"], "--ponybench-timeout"),
