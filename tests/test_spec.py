@@ -334,7 +334,7 @@ BROKEN = {"prompt": "p", "open": True, "seed": {"../escape.py": "x"}}
 
 def test_a_bad_task_fails_only_its_own_collection(pytester, keep_sigterm):
     pp.write_project(pytester.path, {"add": pp.ADD_TASK, "broken": BROKEN}, {"baseline": "{}\n"})
-    result = pytester.runpytest("--co", "-q")
+    result = pytester.runpytest("--co", "-q", *pp.QUIET)
     result.assert_outcomes(errors=1)
     out = result.stdout.str()
     assert "tasks/add.yaml::selftest-good" in out and "tasks/add.yaml::selftest-bad" in out

@@ -56,6 +56,7 @@ def write_project(root: Path, tasks: dict[str, dict | str], arms: dict[str, dict
     """tasks/<name>.yaml and arms/<name>.yaml (a dict is dumped as YAML, a str written as is),
     a pytest.ini with testpaths = tasks, and the conftest.py above."""
     root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
     (root / "conftest.py").write_text(CONFTEST)
     for folder, specs in (("tasks", tasks), ("arms", arms)):
         (root / folder).mkdir(parents=True, exist_ok=True)
