@@ -9,7 +9,9 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
   mode:     (or env PONYBENCH_FAKE_MODE) "ok" (default), "hang" (sleep forever with children), "garbage", "crash",
             "flood" (print `flood_mb` MiB without newlines, then exit 0), "no_result",
             "error_result", "root_refusal", "escape" (also write `escape_to`, default
-            "escaped-by-agent.txt", in the parent of the workspace),
+            "escaped-by-agent.txt", in the parent of the workspace, with its Write tool call),
+            "escape_hook" (the same write with no tool call, as a hook would: `escape_to`,
+            default "escaped-by-hook.txt"),
             "hang_tree" (like "hang", printing its child's pid to stderr as `fake-pid: N`),
             "spawn_setsid" (leave a setsid grandchild sleeping, pid on stderr, and finish),
             "sleep_then_ok" (sleep `sleep` seconds, then finish), "kill_worker" (SIGKILL the
@@ -87,6 +89,9 @@ def main(argv):
              "input": {"file_path": str(target), "content": "outside"}}]}})
         emit({"type": "user", "message": {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_escape", "content": "File created"}]}})
+    if mode == "escape_hook":
+        # Like a plugin's hook: the file appears beside the workspace with no tool call.
+        Path("..", spec.get("escape_to", "escaped-by-hook.txt")).write_text("outside")
     if mode == "sleep_then_ok":
         time.sleep(float(spec.get("sleep", 2)))
     if mode == "spawn_setsid":
