@@ -1,0 +1,134 @@
+"""--ponybench-max-cost and --ponybench-max-cell-cost, the estimate before the first cell and
+the spend as cells finish, against the stand-in CLI (every cell costs COST).
+
+Under -n 0 the per-cell caps are exact and there is no history to estimate from; under -n 2
+an earlier run in the benchmark directory gives the estimate and the spend ledger must be
+shared by the workers.
+"""
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from support.benchproc import (
+    ADD_TASK, GOOD_ADD, bench_args, calls, fake_env, only_run_dir, results, run, run_dirs, summary, write_project,
+)
+
+COST = 0.25  # what the fake reports for every cell
+MAX_COST = 0.9  # cells start while the spend is 0, .25, .5, .75: four run, then none
+MAX_CELL_COST = 0.5
+CAPS = [f"--ponybench-max-cost={MAX_COST}", f"--ponybench-max-cell-cost={MAX_CELL_COST}"]
+
+
+def budgets(call_list: list[dict]) -> list[float]:
+    values = []
+    for call in call_list:
+        argv = call["argv"]
+        values.append(float(argv[argv.index("--max-budget-usd") + 1]))
+    return values
+
+
+def spend_lines(stdout: str) -> list[tuple[str, float, float]]:
+    """(cell, its cost, spent so far) from each 'ponybench: <cell> finished $x; $y spent so far'."""
+    found = re.findall(r"^ponybench: (\S+) finished \$([\d.]+); \$([\d.]+) spent so far$", stdout, re.M)
+    return [(cell, float(cost), float(total)) for cell, cost, total in found]
+
+
+def skip_messages(junit) -> dict[str, str]:
+    skipped = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        for skip in case.iter("skipped"):
+            skipped[case.get("name")] = skip.get("message")
+    return skipped
+
+
+def test_the_budget_stops_new_cells_caps_each_cli_call_and_shows_the_spend(tmp_path):
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD, cost=COST)
+    done = run(root, bench_args(root, "--runs=6", f"--junitxml={root / 'junit.xml'}", *CAPS), env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    run_dir = only_run_dir(root)
+
+    # Cells start while 0, .25, .5, .75 are spent; the last two are skipped, and said so.
+    ran = results(run_dir)
+    assert len(ran) == 4 and all(r["passed"] for r in ran)
+    skipped = skip_messages(root / "junit.xml")
+    assert sorted(skipped) == ["add__baseline__haiku__4", "add__baseline__haiku__5"]
+    assert all(m.startswith("budget reached: $1.0000 of $0.9000 spent") for m in skipped.values()), skipped
+    assert "2 cells skipped: budget reached ($1.0000 of $0.9000)" in done.stdout
+    assert f"--ponybench-resume={run_dir}" in done.stdout
+    data = summary(run_dir)
+    assert data["budget_skipped"] == 2 and data["spent_usd"] == pytest.approx(4 * COST)
+
+    # Each call: min(per-cell cap, budget - spent) with 0, 1, 2, 3 cells finished before it.
+    assert budgets(calls(root)) == pytest.approx([0.5, 0.5, 0.4, 0.15])
+
+    # Before the first cell: how many, no history to estimate from; then the spend per cell.
+    assert "ponybench: 6 cells in " in done.stdout
+    assert "no earlier run of these tasks and models to estimate the cost from" in done.stdout
+    lines = spend_lines(done.stdout)
+    assert [cell for cell, _, _ in lines] == [f"add__baseline__haiku__{i}" for i in range(4)]
+    assert [total for _, _, total in lines] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert all(cost == COST for _, cost, _ in lines)
+    assert done.stdout.index("ponybench: 6 cells in ") < done.stdout.index("ponybench: add__baseline__haiku__0 ")
+
+
+def test_the_budget_holds_across_xdist_workers_and_the_estimate_uses_earlier_runs(tmp_path):
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    # An earlier run of the same task and model in the same benchmark directory, and one of
+    # another model that must not count.
+    earlier = root / "runs" / "20200101-000000"
+    earlier.mkdir(parents=True)
+    history = [{"cell": f"add__baseline__haiku__{i}", "task": "add", "model": "haiku", "cost_usd": cost}
+               for i, cost in enumerate((0.2, 0.3))]
+    history.append({"cell": "add__baseline__opus__0", "task": "add", "model": "opus", "cost_usd": 9.0})
+    (earlier / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+
+    env = fake_env(root, write=GOOD_ADD, cost=COST)
+    done = run(root, bench_args(root, "--runs=10", "-n", "2", *CAPS), env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    (run_dir,) = [d for d in run_dirs(root) if d != earlier]
+
+    # Mean $0.25 a cell over the earlier haiku cells: 10 cells, $2.50, before any cell.
+    assert ("estimated cost $2.50 from earlier runs of these tasks and models "
+            "(0 of 10 cells have no history)") in done.stdout
+    assert "budget $0.90 ($0.00 spent so far)" in done.stdout
+    assert done.stdout.index("estimated cost") < done.stdout.index(" spent so far\n")
+
+    ran = results(run_dir)
+    # A cell starts only while at most 3 have finished (0.75 < 0.9), and at most one more is
+    # in flight on the other worker: 4 or 5 cells. Each worker counting alone would run 8.
+    assert 4 <= len(ran) <= 5, [r["cell"] for r in ran]
+    skipped = 10 - len(ran)
+    assert f"{skipped} cells skipped: budget reached" in done.stdout
+    assert summary(run_dir)["budget_skipped"] == skipped
+    assert len(calls(root)) == len(ran)
+    assert all(0 < b <= MAX_CELL_COST for b in budgets(calls(root)))
+    assert len(spend_lines(done.stdout)) == len(ran)
+
+
+# Another worker's cell finishes (and records its spend) right after this worker's budget
+# check passed: the budget left for the CLI is then zero.
+RACE_CONFTEST = """\
+from pytest_ponybench import collect, session
+
+_check = collect.CellItem.check_budget
+
+def check_then_another_worker_finishes(self, state):
+    _check(self, state)
+    session.record_spend(state.run_dir, "a-cell-of-another-worker", 1.0)
+
+collect.CellItem.check_budget = check_then_another_worker_finishes
+"""
+
+
+def test_a_budget_used_up_after_the_check_skips_the_cell_never_starts_the_cli_with_zero(tmp_path):
+    root = write_project(tmp_path, {"add": ADD_TASK}, conftest=RACE_CONFTEST)
+    env = fake_env(root, write=GOOD_ADD, cost=COST)
+    done = run(root, bench_args(root, f"--ponybench-max-cost={MAX_COST}", "-rs"), env)
+    assert calls(root) == [], f"the CLI started with --max-budget-usd {budgets(calls(root))}"
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "1 cells skipped: budget reached" in done.stdout
