@@ -153,9 +153,9 @@ def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:
     with open(path, "rb") as src, open(tmp, "wb") as dst:
         head = src.read(keep)
         head = head[: head.rfind(b"\n") + 1]
-        src.seek(size - keep)
-        tail = src.read(keep)
-        tail = tail[tail.find(b"\n") + 1:]
+        src.seek(size - keep - 1)
+        tail = src.read(keep + 1)  # with the byte before: does the tail start on a line start?
+        tail = tail[1:] if tail[:1] == b"\n" else tail[tail.find(b"\n") + 1:]
         dst.write(head)
         dst.write(f"[ponybench: {size - len(head) - len(tail)} bytes cut from a {size}-byte output]\n".encode())
         dst.write(tail)

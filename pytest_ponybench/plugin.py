@@ -255,7 +255,8 @@ def pytest_sessionstart(session):
     instruments, or no cell runs at all."""
     config = session.config
     state = state_of(config)
-    if is_worker(config) or not state.settings.enabled or state.settings.rescore is not None:
+    if (is_worker(config) or not state.settings.enabled or state.settings.rescore is not None
+            or config.option.collectonly):  # --co only lists cells: no gate, no run directory
         return
     try:
         state.claude = agent.find_claude(state.settings.claude, config.rootpath)

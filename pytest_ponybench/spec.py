@@ -331,8 +331,14 @@ def plugin_cache_dir() -> Path:
 
 
 def _version_key(path: Path):
-    parts = re.split(r"[.\-+]", path.name)
-    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts], path.stat().st_mtime
+    """Released versions by their order (1.10 after 1.9, 1.0.0 after 1.0.0b1), above folders
+    whose names are no version (a git hash), which rank by modification time."""
+    from packaging.version import InvalidVersion, Version  # pytest's own dependency
+
+    try:
+        return (1, Version(path.name), path.stat().st_mtime)
+    except InvalidVersion:
+        return (0, Version("0"), path.stat().st_mtime)
 
 
 def resolve_plugin_dir(arm: ArmSpec, arms_dir: Path, cache_dir: Path | None = None,
