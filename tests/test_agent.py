@@ -437,3 +437,13 @@ def test_wait_or_kill_kills_a_child_left_behind_by_a_process_that_exited():
     finally:
         proc_watch.kill([child])
         proc.stdout.close()
+
+
+def test_a_cut_on_a_line_boundary_keeps_every_whole_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(f"line{i:07d}\n".encode() for i in range(10_000)))  # 12 bytes a line
+    agent.bound_file(path, keep=12 * 100)  # both cuts fall exactly on line starts
+    lines = path.read_bytes().decode().splitlines()
+    assert lines[:100] == [f"line{i:07d}" for i in range(100)]
+    assert lines[101:] == [f"line{i:07d}" for i in range(9_900, 10_000)]
+    assert lines[100].startswith("[ponybench:")

@@ -437,3 +437,10 @@ def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
     assert (record["correct"], record["safe"]) == (0, 0)
     rows = summary.aggregate([record])
     assert rows[0]["correct_rate"] == 0.0 and rows[0]["safe_rate"] == 0.0
+
+
+def test_collect_only_lists_cells_without_the_gate_or_a_run_directory(project, pytester):
+    root = project()
+    result = pytester.runpytest(*pp.bench_args(root, "--collect-only"))
+    result.stdout.fnmatch_lines(["*add__baseline__haiku__0*"])
+    assert pp.run_dirs(root) == [] and pp.calls(root) == []

@@ -410,3 +410,11 @@ def test_a_claude_path_given_with_a_space_is_not_taken_for_a_test_path(pytester)
     result = pytester.runpytest_subprocess("--ponybench", "--ponybench-claude", str(pp.FAKE), "--co", *pp.QUIET)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"write it with '=': --ponybench-claude={pp.FAKE}" in result.stderr.str()
+
+
+def test_plugin_versions_rank_as_releases_then_by_age(tmp_path):
+    cache = tmp_path / "cache"
+    for version in ("1.9.0", "1.10.0", "1.10.0b1", "0f3c9a2"):
+        (cache / "mkt" / "small-diff" / version).mkdir(parents=True)
+    found = spec.resolve_plugin_dir(PLUGIN_ARM, tmp_path / "arms", cache, {})
+    assert Path(found).name == "1.10.0"  # not "1.9.0" (string order), nor the hash folder
