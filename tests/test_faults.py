@@ -34,6 +34,12 @@ def assert_nothing_left(run_dir, pids=()) -> None:
     assert left == [], f"processes survived: {left}"
 
 
+def assert_dead(pid: int, message: str) -> None:
+    if proc_watch.alive(pid):
+        proc_watch.kill([pid])  # this test's own leftover: never leave it running
+        raise AssertionError(message)
+
+
 # --- one session, one fault per cell -----------------------------------------------------
 
 AGENT_FAULTS = {
@@ -65,12 +71,12 @@ def test_agent_faults_each_get_a_verdict_and_the_run_goes_on_with_no_survivor(tm
     assert "killed with its process tree" in hung["error"]
     assert "agent never ran properly (timeout)" in done.stdout
     (child,) = fake_pids(run_dir / cell(0))
-    assert not proc_watch.alive(child), "the hanging CLI's child outlived the cell"
+    assert_dead(child, "the hanging CLI's child outlived the cell")
 
     # A CLI that finishes but leaves a setsid grandchild: the cell passes, the grandchild dies.
     assert records[cell(2)]["passed"], records[cell(2)]["failure"]
     (grandchild,) = fake_pids(run_dir / cell(2))
-    assert not proc_watch.alive(grandchild), "a setsid grandchild of the CLI survived its cell"
+    assert_dead(grandchild, "a setsid grandchild of the CLI survived its cell")
 
     # A crash and garbage: agent errors that say what happened.
     crash, garbage = records[cell(3)], records[cell(4)]
@@ -221,7 +227,7 @@ def test_a_crashed_xdist_worker_is_an_agent_error_for_its_cell_and_the_rest_cont
     assert "worker" in crashed["error"] and "crashed" in crashed["error"]
     assert all(records[cell(i)]["passed"] for i in (0, 2, 3))
     (worker,) = fake_pids(run_dir / cell(1))
-    assert not proc_watch.alive(worker)
+    assert_dead(worker, "the worker the fake killed is alive")
     assert_nothing_left(run_dir)
 
     # A resume reruns just that cell.
