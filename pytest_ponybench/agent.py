@@ -139,6 +139,18 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
     return wrapped + ["--bind", ws, ws, "--chdir", ws, "--die-with-parent", "--"] + argv
 
 
+def absorbed_by_confinement(path: str, workspace: Path, env: dict[str, str]) -> bool:
+    """Did confine() send a write to this path into the sandbox's private /tmp? (True for
+    /tmp paths outside every directory it binds from the host.)"""
+    target = Path(path).resolve()
+    bound = [Path(workspace).resolve()]
+    home = Path(env.get("HOME") or Path.home())
+    if str(home).startswith("/tmp/"):
+        bound.append(home.resolve())
+    in_tmp = Path("/tmp") in target.parents
+    return in_tmp and not any(b == target or b in target.parents for b in bound)
+
+
 def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:
     """Cut a flooded file down to its head and tail (whole lines), with a marker between.
     The init line is at the head and the result line at the tail, so a cut transcript still

@@ -121,7 +121,10 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
-    escaped = workspace.blame(ws, changed_beside, transcript.written, ctx.exclusive)
+    written = transcript.written
+    if ctx.confine:  # a write the sandbox's private /tmp absorbed never reached this machine
+        written = [p for p in written if not agent.absorbed_by_confinement(p, ws, env)]
+    escaped = workspace.blame(ws, changed_beside, written, ctx.exclusive)
     status, error = agent.judge(outcome, transcript, ws / workspace.STDERR, ctx.timeout)
     if status == agent.STATUS_FINISHED:
         wrong = agent.verify_arm(transcript.init, plugin_dir)
@@ -135,9 +138,10 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
                                     "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
                                     "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
                                     "plugin_dir": plugin_dir, "argv": argv})
-    record = score_cell(cell, ws)
-    session.record_spend(ctx.run_dir, cell.id, record.get("cost_usd"))
-    return record
+    # The spend is on the ledger before the result exists: a kill between the two can make a
+    # resume pay for this cell again, never hide what it cost.
+    session.record_spend(ctx.run_dir, cell.id, agent.usage_metrics(transcript)["cost_usd"])
+    return score_cell(cell, ws)
 
 
 def score_cell(cell: Cell, ws: Path) -> dict:

@@ -18,7 +18,7 @@ from . import agent, instruments, options, procs, summary
 from .cell import STATUS_ARM_UNPROVEN, Cell, CellContext, read_identity
 from .cell import identity as cell_identity
 from .collect import TaskFile, TasksDir, arm_placeholder, never_ran
-from .session import RunSession, cost_history, new_run_dir, spent
+from .session import RunSession, cost_history, new_run_dir, spent, usd
 from .spec import ArmSpec, SpecError, TaskSpec, load_arms, load_task, model_ids, resolve_model
 
 STATE = pytest.StashKey["PonybenchState"]()
@@ -184,12 +184,12 @@ class Controller:
         line = f"ponybench: {len(cells)} cells in {self.state.run_dir}"
         if known:
             estimate = sum(known) / len(known) * len(cells)
-            line += (f"; estimated cost ${estimate:.2f} from earlier runs of these tasks and models"
+            line += (f"; estimated cost {usd(estimate)} from earlier runs of these tasks and models"
                      f" ({len(cells) - len(known)} of {len(cells)} cells have no history)")
         else:
             line += "; no earlier run of these tasks and models to estimate the cost from"
         if self.state.settings.max_cost is not None:
-            line += f"; budget ${self.state.settings.max_cost:.2f} (${spent(self.state.run_dir):.2f} spent so far)"
+            line += f"; budget {usd(self.state.settings.max_cost)} ({usd(spent(self.state.run_dir))} spent so far)"
         self.write(line)
 
     def write(self, line: str) -> None:

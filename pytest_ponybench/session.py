@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 from pathlib import Path
 
 from . import summary
@@ -74,6 +75,11 @@ def spent(run_dir: Path) -> float:
     return total
 
 
+def usd(amount: float) -> str:
+    """Dollars as people read them: cents for large amounts, four places for a few cents."""
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.4f}"
+
+
 def cost_history(base: Path, exclude: Path | None, rehearsal: bool) -> dict[tuple[str, str], float]:
     """Mean cost per (task, model) over earlier runs kept under `base`: the basis of the
     estimate shown before a run. Rehearsal costs never stand in for real ones, nor back."""
@@ -105,10 +111,16 @@ class RunSession:
 
     def add(self, record: dict) -> None:
         self.records.append(record)
-        with open(self.results_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        line = json.dumps(record, sort_keys=True) + "\n"
+        # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            with open(self.results_path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _merged(self) -> list[dict]:
         """This session's records, plus earlier ones of cells it did not report (a resume or

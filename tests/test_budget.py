@@ -95,7 +95,7 @@ def test_the_budget_holds_across_xdist_workers_and_the_estimate_uses_earlier_run
     # Mean $0.25 a cell over the earlier haiku cells: 10 cells, $2.50, before any cell.
     assert ("estimated cost $2.50 from earlier runs of these tasks and models "
             "(0 of 10 cells have no history)") in done.stdout
-    assert "budget $0.90 ($0.00 spent so far)" in done.stdout
+    assert "budget $0.9000 ($0.0000 spent so far)" in done.stdout
     assert done.stdout.index("estimated cost") < done.stdout.index(" spent so far\n")
 
     ran = results(run_dir)
