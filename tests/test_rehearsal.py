@@ -230,7 +230,7 @@ def _assert_api_error(status: int, payload: bytes, code: int) -> str:
 def test_unknown_things_get_a_4xx_at_once(server):
     base = server.register("known", CellScript(writes=[]))
     root = f"http://127.0.0.1:{server.port}"
-    started = time.monotonic()
+    # "At once": each request below has a short client timeout, so a hang fails the test.
     _assert_api_error(*_post(root + "/v1/messages", _body(0))[::2], 404)
     _assert_api_error(*_post(root + "/", None, method="GET")[::2], 404)
     _assert_api_error(*_post(base + "/v1/models", None, method="GET")[::2], 404)
@@ -242,7 +242,6 @@ def test_unknown_things_get_a_4xx_at_once(server):
     _assert_api_error(*_post(_messages_url(base), None, method="GET")[::2], 405)
     status, headers, _ = _post(_messages_url(base), None, method="HEAD")
     assert status == 405 and headers["x-should-retry"] == "false"
-    assert time.monotonic() - started < 5
     assert server.requests("known") == []
     assert [c["status"] for c in server.calls("known")] == [404, 400, 400, 400, 405, 405]
 
@@ -298,14 +297,9 @@ def test_recording_is_thread_safe(server):
         body["messages"][0]["content"] = f"{key} #{i}"
         return _post(urls[key], body)[0]
 
-    started = time.monotonic()
     with ThreadPoolExecutor(max_workers=16) as pool:
         statuses = list(pool.map(hit, range(80)))
-    elapsed = time.monotonic() - started
     assert statuses == [200] * 80
-    # A burst of connects must not overflow the listen backlog: a dropped SYN is retried
-    # only after 1 s, which is how parallel cells would stall.
-    assert elapsed < 0.9, f"80 requests from 16 threads took {elapsed:.2f} s"
     for key in keys:
         seen = [r["messages"][0]["content"] for r in server.requests(key)]
         assert len(seen) == 20 and all(s.startswith(f"{key} #") for s in seen)
@@ -478,7 +472,6 @@ def test_real_cli_init_and_traffic(plain_session):
         ("POST", "/cell/plain/v1/messages?beta=true", 200)}
     headers = calls[0]["headers"]
     assert headers["x-api-key"] == "dummy" and headers["anthropic-version"] == "2023-06-01"
-    assert plain_session["wall"] < 30  # about 1 s here; a slow session means a retry or a hang
 
 
 def test_real_cli_proves_the_appended_arm(plain_session):
@@ -544,3 +537,9 @@ def test_real_cli_silent_plugin_is_not_proven(claude_bin, module_server, tmp_pat
     assert why == (f"The context {SILENT_MARKER!r} is missing from the messages of main-loop "
                    f"request 1 of {len(requests)}.")
     assert prove_arm(requests, MARKER, [], [CTX_MARKER, SKILL_MARKER])[0]  # nothing leaked
+
+
+def test_the_listen_backlog_takes_a_burst_of_parallel_cells(server):
+    # Python's default backlog of 5 drops a burst of connects; a dropped SYN is retried only
+    # after a second, which is how parallel cells would stall. (Timings live in bench/.)
+    assert type(server._server).request_queue_size >= 128
