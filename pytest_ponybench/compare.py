@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import stats
+from .options import parse_number
 from .stats import Estimate, PairStats, PooledStats
 
 RESULTS = "results.jsonl"
@@ -338,10 +339,7 @@ def pooled_rate_text(estimate: Estimate) -> str:
 
 def fraction(text: str) -> float:
     """An argparse type: a number from 0 to 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = parse_number(text, float, "a number")
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"must be from 0 to 1 (0.9 = 90%), got {text!r}")
     return value
@@ -349,10 +347,7 @@ def fraction(text: str) -> float:
 
 def percent(text: str) -> float:
     """An argparse type: a percentage, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = parse_number(text, float, "a number")
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a percentage of 0 or more, got {text!r}")
     return value

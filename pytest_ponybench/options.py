@@ -29,11 +29,16 @@ def csv_names(value: str) -> list[str]:
     return names
 
 
-def positive_int(value: str) -> int:
+def parse_number(value: str, convert, what: str):
+    """`convert(value)`, or an argparse error saying what was expected."""
     try:
-        number = int(value)
+        return convert(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"'{value}' is not {what}") from None
+
+
+def positive_int(value: str) -> int:
+    number = parse_number(value, int, "a whole number")
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
     return number
@@ -43,10 +48,7 @@ MAX_SECONDS = 7 * 24 * 3600
 
 
 def positive_seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{value}' is not a number of seconds") from None
+    number = parse_number(value, float, "a number of seconds")
     if not number > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
     if not number <= MAX_SECONDS:  # inf or 1e12 overflow pytest-timeout's alarm: an INTERNALERROR
@@ -55,10 +57,7 @@ def positive_seconds(value: str) -> float:
 
 
 def positive_usd(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{value}' is not an amount in US dollars") from None
+    number = parse_number(value, float, "an amount in US dollars")
     if not number > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 dollars, got {value}")
     if not math.isfinite(number):

@@ -238,7 +238,7 @@ def test_main_bad_input_exits_2(tmp_path, capsys):
 @pytest.mark.parametrize("option, value, message", [
     ("--min-safe-rate", "1.5", "must be from 0 to 1"),
     ("--max-safe-drop", "-0.1", "must be from 0 to 1"),
-    ("--min-correct-rate", "ninety", "not a number"),
+    ("--min-correct-rate", "ninety", "'ninety' is not a number"),
     ("--max-loc-increase", "-5", "must be a percentage of 0 or more"),
     ("--max-loc-increase", "nan", "must be a percentage of 0 or more"),
 ])

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from support.ponyproject import only_run_dir, run_dirs  # noqa: F401 - re-exported for the fault tests
+
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fakes" / "fake_claude.py"
 # Plugins of this machine that only slow a child pytest down; absent ones are ignored.
@@ -133,17 +135,6 @@ def wait_for(predicate, timeout: float, what: str, session: Session | None = Non
                                  f"{session.stdout[-3000:]}")
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def run_dirs(root: Path) -> list[Path]:
-    base = Path(root) / "runs"
-    return sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
-
-
-def only_run_dir(root: Path) -> Path:
-    dirs = run_dirs(root)
-    assert len(dirs) == 1, f"expected one run directory, found {dirs}"
-    return dirs[0]
 
 
 def finished_cells(run_dir: Path) -> set[str]:
