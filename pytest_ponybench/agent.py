@@ -130,6 +130,13 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
     home = Path(env.get("HOME") or Path.home())
     config_dir = Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
     wrapped = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # The private /tmp would hide a CLI installed under /tmp (a checkout there): show the
+    # top folder holding it (and its symlink's target), read-only.
+    shown = set()
+    for path in (Path(argv[0]).absolute(), Path(argv[0]).resolve()):
+        if Path("/tmp") in path.parents and (top := Path("/tmp", path.relative_to("/tmp").parts[0])) not in shown:
+            shown.add(top)
+            wrapped += ["--ro-bind", str(top), str(top)]
     if home.is_dir() and str(home).startswith("/tmp/"):
         wrapped += ["--bind", str(home), str(home)]  # a rehearsal's private home lives in /tmp
     for path in (config_dir, home / ".claude.json"):

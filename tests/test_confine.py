@@ -81,3 +81,17 @@ def test_unconfined_the_same_writes_land_and_the_cell_fails_as_escaped(outside_p
     assert "beside-0.txt" in record["escaped"].split(",")
     assert record["failure"] == f"the agent wrote outside its workspace: {record['escaped']}"
     assert f"the agent wrote outside its workspace: {record['escaped']}" in done.stdout
+
+
+def test_a_cli_installed_under_tmp_still_runs_confined(outside_project, tmp_path):
+    """The sandbox's /tmp is private: a CLI installed under /tmp (a checkout there, as CI's
+    may be; here a wrapper script that lives in /tmp) must still be visible inside it."""
+    root, claude_bin = outside_project
+    assert Path("/tmp") in tmp_path.parents, "pytest's tmp_path is expected under /tmp here"
+    wrapper = tmp_path / "claude"
+    wrapper.write_text(f'#!/bin/sh\nexec "{claude_bin}" "$@"\n')
+    wrapper.chmod(0o755)
+    done = run(root, bench_args(root, "--ponybench-rehearse", "--ponybench-confine", claude=wrapper))
+    assert done.returncode == 0, done.stdout[-3000:]
+    (record,) = results(cell_dir(root).parent)
+    assert (record["status"], record["passed"]) == ("finished", True)
