@@ -122,21 +122,19 @@ def agent_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def confine(argv: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
-    """Wrap argv in bubblewrap: the whole system read-only, a private /tmp, and only the
-    workspace and the CLI's own configuration writable. The network stays (the API is on it)."""
+    """Wrap argv in bubblewrap: the whole system read-only (what is in /tmp included, with new
+    files there going to a private tmpfs), and only the workspace and the CLI's own
+    configuration writable. The network stays (the API is on it)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise CliMissing("--ponybench-confine needs bubblewrap: apt-get install bubblewrap")
     home = Path(env.get("HOME") or Path.home())
     config_dir = Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
     wrapped = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    # The private /tmp would hide a CLI installed under /tmp (a checkout there): show the
-    # top folder holding it (and its symlink's target), read-only.
-    shown = set()
-    for path in (Path(argv[0]).absolute(), Path(argv[0]).resolve()):
-        if Path("/tmp") in path.parents and (top := Path("/tmp", path.relative_to("/tmp").parts[0])) not in shown:
-            shown.add(top)
-            wrapped += ["--ro-bind", str(top), str(top)]
+    # A fresh /tmp for the agent's own temporary files, with what the host has there shown
+    # read-only on top (a CLI or checkout under /tmp must stay reachable).
+    for entry in sorted(os.listdir("/tmp")):
+        wrapped += ["--ro-bind-try", f"/tmp/{entry}", f"/tmp/{entry}"]
     if home.is_dir() and str(home).startswith("/tmp/"):
         wrapped += ["--bind", str(home), str(home)]  # a rehearsal's private home lives in /tmp
     for path in (config_dir, home / ".claude.json"):
@@ -147,15 +145,17 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
 
 
 def absorbed_by_confinement(path: str, workspace: Path, env: dict[str, str]) -> bool:
-    """Did confine() send a write to this path into the sandbox's private /tmp? (True for
-    /tmp paths outside every directory it binds from the host.)"""
+    """Did confine() send a write to this path into the sandbox's private /tmp? True for a
+    /tmp path that the host did not have (host entries are shown read-only, so a write that
+    succeeded there went to a directory bound writable: the workspace or a rehearsal home)."""
     target = Path(path).resolve()
+    if Path("/tmp") not in target.parents:
+        return False
     bound = [Path(workspace).resolve()]
     home = Path(env.get("HOME") or Path.home())
     if str(home).startswith("/tmp/"):
         bound.append(home.resolve())
-    in_tmp = Path("/tmp") in target.parents
-    return in_tmp and not any(b == target or b in target.parents for b in bound)
+    return not any(b == target or b in target.parents for b in bound)
 
 
 def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:
