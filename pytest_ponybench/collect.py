@@ -134,11 +134,11 @@ class CellItem(_PlainFailure, pytest.Item):
 
     def check_budget(self, state) -> None:
         from .plugin import BUDGET_REACHED
-        from .session import spent
+        from .session import spent, usd
 
         cap = state.settings.max_cost
         if cap is not None and (so_far := spent(state.run_dir)) >= cap:
-            pytest.skip(f"{BUDGET_REACHED}: ${so_far:.4f} of ${cap:.4f} spent")
+            pytest.skip(f"{BUDGET_REACHED}: {usd(so_far)} of {usd(cap)} spent")
 
     def reportinfo(self):
         return self.path, 0, f"cell {self.cell.id}"

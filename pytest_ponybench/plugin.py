@@ -207,7 +207,7 @@ class Controller:
             if not props.get("reused"):
                 cost = props.get("cost_usd")
                 self.write(f"ponybench: {props['cell']} {props.get('status')}"
-                           f"{'' if cost is None else f' ${cost:.4f}'}; ${spent(self.state.run_dir):.4f} spent so far")
+                           f"{'' if cost is None else ' ' + usd(cost)}; {usd(spent(self.state.run_dir))} spent so far")
         elif report.skipped and BUDGET_REACHED in str(report.longrepr):
             self.state.session.budget_skipped += 1
         elif report.when == "???":  # xdist: the worker died while running this item
@@ -326,7 +326,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line("wrote " + ", ".join(p.name for p in state.written))
     if state.session.budget_skipped:
         tr.write_line(f"{state.session.budget_skipped} cells skipped: {BUDGET_REACHED} "
-                      f"(${spent(state.run_dir):.4f} of ${state.settings.max_cost:.4f}); "
+                      f"({usd(spent(state.run_dir))} of {usd(state.settings.max_cost)}); "
                       f"finish them later with --ponybench-resume={state.run_dir}", yellow=True)
     if state.settings.rehearse:
         for line in arm_proof_lines(state.session.records):

@@ -57,8 +57,8 @@ def test_the_budget_stops_new_cells_caps_each_cli_call_and_shows_the_spend(tmp_p
     assert len(ran) == 4 and all(r["passed"] for r in ran)
     skipped = skip_messages(root / "junit.xml")
     assert sorted(skipped) == ["add__baseline__haiku__4", "add__baseline__haiku__5"]
-    assert all(m.startswith("budget reached: $1.0000 of $0.9000 spent") for m in skipped.values()), skipped
-    assert "2 cells skipped: budget reached ($1.0000 of $0.9000)" in done.stdout
+    assert all(m.startswith("budget reached: $1.00 of $0.9000 spent") for m in skipped.values()), skipped
+    assert "2 cells skipped: budget reached ($1.00 of $0.9000)" in done.stdout
     assert f"--ponybench-resume={run_dir}" in done.stdout
     data = summary(run_dir)
     assert data["budget_skipped"] == 2 and data["spent_usd"] == pytest.approx(4 * COST)
