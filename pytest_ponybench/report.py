@@ -224,7 +224,7 @@ def header_lines(records: Sequence[dict], run_dir: Path, reference: str) -> list
     unmeasured = [r for r in records if not stats.is_measured(r)]
     lines = []
     if any(r.get("rehearsal") for r in records):
-        lines.append("**REHEARSAL**: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
+        lines.append("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
                      "the figures exercise the pipeline and say nothing about any real model.")
     lines += [f"{len(records)} cells; tasks: {names('task')}; arms: {names('arm')}; "
              f"models: {names('model')}; reference arm: `{reference}`; "
