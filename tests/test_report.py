@@ -239,3 +239,14 @@ def test_report_html_without_matplotlib_in_chromium(tmp_path, chromium, monkeypa
     assert 'data-report-ready="yes"' in html_tag(dom) and "data-js-errors" not in html_tag(dom)
     assert 'id="plots-missing"' in dom and "pip install pytest-ponybench[report]" in dom
     assert '<table id="comparisons">' in dom
+
+
+@pytest.mark.parametrize("rehearsal", [True, False])
+def test_a_rehearsal_says_so_in_both_reports(tmp_path, rehearsal):
+    run_dir, records = make_run(tmp_path)
+    for record in records:
+        record["rehearsal"] = rehearsal
+    markdown, page = (p.read_text() for p in report.write_reports(run_dir, records))
+    for text in (markdown, page):
+        assert ("REHEARSAL: a scripted model on 127.0.0.1" in text) is rehearsal
+    assert "**" not in page  # Markdown emphasis never leaks into the HTML
