@@ -181,13 +181,6 @@ def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:
     os.replace(tmp, path)
 
 
-def _limit_agent() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 @dataclass
 class RunOutcome:
     exit_code: int | None
@@ -200,7 +193,7 @@ def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
     start = time.monotonic()
     with open(transcript, "wb") as out, open(stderr, "wb") as err:
         proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                           preexec_fn=_limit_agent)
+                           max_file_size=FILE_SIZE_LIMIT)
         timed_out = procs.wait_or_kill(proc, timeout)
         if timed_out:
             err.write(f"\n[ponybench: killed with its process tree after {timeout:g} s]\n".encode())
@@ -359,19 +352,11 @@ def verify_arm(init: dict | None, plugin_dir: str | None) -> str | None:
     return None
 
 
-def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()[-EXCERPT:]
-    except OSError:
-        return ""
-    return data.decode("utf-8", "replace").strip()
-
-
 def judge(outcome: RunOutcome, t: Transcript, stderr: Path, timeout: float) -> tuple[str, str]:
     """(status, error sentence) of one agent run, before the arm is verified."""
     if outcome.timed_out:
         return STATUS_TIMEOUT, f"the agent ran past the cell timeout of {timeout:g} s and was killed with its process tree"
-    err = _tail(stderr)
+    err = procs.output_tail(stderr, EXCERPT)
     if ROOT_REFUSAL in err:
         return STATUS_CLI_ERROR, ("the CLI refuses --permission-mode bypassPermissions when run as root; "
                                   "run as another user, or set IS_SANDBOX=1 if this machine is a disposable sandbox")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,21 +29,6 @@ class Verdict:
     reason: str  # "ok", or one sentence saying why the check failed
 
 
-def _limit_child() -> None:
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - OUTPUT_EXCERPT))
-            return fh.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
 def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float) -> Verdict:
     """Run one check against a workspace and return its verdict; never raises for agent faults."""
     with tempfile.TemporaryDirectory(prefix="ponybench-check-") as tmp:
@@ -61,7 +45,7 @@ def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout:
             str(tmpdir / "check.py"), str(verdict_path), axis, entry or ""]
         with open(output_path, "wb") as out:
             proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL,
-                               stdout=out, stderr=subprocess.STDOUT, preexec_fn=_limit_child)
+                               stdout=out, stderr=subprocess.STDOUT, max_file_size=FILE_SIZE_LIMIT)
             timed_out = procs.wait_or_kill(proc, timeout)
         if timed_out:
             return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
@@ -69,7 +53,7 @@ def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout:
             verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
             return Verdict(bool(verdict["ok"]), str(verdict["reason"]))
         except (OSError, ValueError, KeyError):
-            tail = _tail(output_path).splitlines()
+            tail = procs.output_tail(output_path, OUTPUT_EXCERPT).splitlines()
             last = f": {tail[-1][:300]}" if tail else ""
             return Verdict(False, f"{axis} check process ended with exit code {proc.returncode} "
                                   f"without a verdict (the code under test exited or crashed){last}")

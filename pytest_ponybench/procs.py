@@ -45,8 +45,23 @@ _live: set[int] = set()
 _lock = threading.Lock()
 
 
-def start(argv: list[str], env: dict[str, str] | None = None, **popen_kwargs) -> subprocess.Popen:
-    """Start `argv` under a supervisor in a new session. `env` is the program's environment."""
+def _limits(max_file_size: int):
+    """A preexec function: no file larger than `max_file_size` (a flood cannot fill the disk),
+    and no core dumps."""
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_size, max_file_size))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def start(argv: list[str], env: dict[str, str] | None = None, max_file_size: int | None = None,
+          **popen_kwargs) -> subprocess.Popen:
+    """Start `argv` under a supervisor in a new session. `env` is the program's environment;
+    `max_file_size` caps every file it (and all it starts) writes, its output files included."""
+    if max_file_size is not None:
+        popen_kwargs["preexec_fn"] = _limits(max_file_size)
     env = dict(os.environ if env is None else env)
     # The supervisor must find this package even where the environment's PYTHONPATH lacks it.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_PARENT, env.get("PYTHONPATH")]))
@@ -55,6 +70,17 @@ def start(argv: list[str], env: dict[str, str] | None = None, **popen_kwargs) ->
     with _lock:
         _live.add(proc.pid)
     return proc
+
+
+def output_tail(path, limit: int) -> str:
+    """The last `limit` bytes of a child's output file, as text ("" when unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - limit))
+            return fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
 
 
 def kill_group(pgid: int) -> None:
