@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -65,9 +64,7 @@ def append_text(arm: ArmSpec) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    session.write_atomic(path, json.dumps(data, indent=1))
 
 
 def _read_json(path: Path) -> dict:

@@ -19,6 +19,14 @@ SUMMARY = "summary.json"
 SPEND = "_ponybench.spend.jsonl"  # every paid cell's cost, appended by whichever process ran it
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write beside, then rename over: a reader (or a resume after a kill) sees the old file
+    or the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def new_run_dir(base: Path) -> Path:
     """`<base>/<stamp>`, created exclusively: two runs started in the same second never share."""
     base.mkdir(parents=True, exist_ok=True)
@@ -135,9 +143,7 @@ class RunSession:
         records = self.records
         if self.mode != "run":
             records = self._merged()
-            tmp = self.run_dir / f"{RESULTS}.tmp"
-            tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
-            os.replace(tmp, self.run_dir / RESULTS)
+            write_atomic(self.run_dir / RESULTS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
             self.results_path.unlink(missing_ok=True)
         rows = summary.aggregate(records)
         versions = sorted({r.get("claude_version") for r in records if r.get("claude_version")})
@@ -154,9 +160,7 @@ class RunSession:
             "rows": rows,
         }
         path = self.run_dir / SUMMARY
-        tmp = path.with_name(SUMMARY + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data, indent=2))
         from . import report  # numpy and scipy: only when a report is written, never when pytest loads the plugin
 
         return [path] + report.write_reports(self.run_dir, records, reference)
