@@ -514,6 +514,7 @@ class Rehearsal:
         self.home = home
         self.model = ScriptedModel()
         self._started = False
+        self._texts: dict = {}  # arm -> (appended, context), see _arm_texts
         self._lock = threading.Lock()
 
     def _server(self) -> ScriptedModel:
@@ -542,14 +543,18 @@ class Rehearsal:
         return env
 
     def _arm_texts(self, arm) -> tuple[str | None, list[str]]:
-        from .cell import append_text
-        from .spec import SpecError, resolve_plugin_dir
+        """(appended text, context strings) of an arm; worked out once per session, since
+        proving one cell reads every arm's (plugin lookup, skills on disk)."""
+        if arm not in self._texts:
+            from .cell import append_text
+            from .spec import SpecError, resolve_plugin_dir
 
-        try:
-            plugin_dir = resolve_plugin_dir(arm, self.arms_dir)
-        except SpecError:
-            plugin_dir = None
-        return append_text(arm), list(arm.proof) + plugin_markers(plugin_dir)
+            try:
+                plugin_dir = resolve_plugin_dir(arm, self.arms_dir)
+            except SpecError:
+                plugin_dir = None
+            self._texts[arm] = (append_text(arm), list(arm.proof) + plugin_markers(plugin_dir))
+        return self._texts[arm]
 
     def prove(self, cell) -> str | None:
         appended, context = self._arm_texts(cell.arm)
@@ -561,7 +566,7 @@ class Rehearsal:
         for other in self.arms.values():
             if other.name == cell.arm.name:
                 continue
-            other_append, other_context = self._arm_texts(other)
+            _, other_context = self._arm_texts(other)
             candidates = ([other.prompt] if other.prompt else []) + other_context
             # Text another arm shares with this one (a prompt that is a prefix of ours) proves nothing.
             foreign += [text for text in candidates if text and text not in own]
