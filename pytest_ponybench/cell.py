@@ -114,7 +114,7 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
         argv = agent.confine(argv, ws, env)
     before = workspace.outside_snapshot(ctx.run_dir)
     outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
-    changed_beside = workspace.escaped(before, workspace.outside_snapshot(ctx.run_dir))
+    changed_beside = workspace.changed_entries(before, workspace.outside_snapshot(ctx.run_dir))
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)

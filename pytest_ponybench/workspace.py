@@ -115,7 +115,8 @@ def outside_snapshot(run_dir: Path) -> dict[str, tuple]:
     return seen
 
 
-def escaped(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+def changed_entries(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    """Names that appeared or changed between two snapshots (who did it is blame()'s question)."""
     return sorted(name for name, stat in after.items() if before.get(name) != stat)
 
 
