@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procs
+from . import record as records
 
 # Appended to every arm's system prompt, identically. The benchmark measures the code an agent
 # writes, not its attempts to run it: agents that start servers or browsers burn tokens on
@@ -32,12 +33,6 @@ FILE_SIZE_LIMIT = 2 * 1024 ** 3  # no file the agent writes (its transcript incl
 EXCERPT = 2000
 ROOT_REFUSAL = "cannot be used with root/sudo"
 
-STATUS_FINISHED = "finished"
-STATUS_TIMEOUT = "timeout"
-STATUS_CLI_ERROR = "cli_error"
-STATUS_BAD_OUTPUT = "bad_output"
-STATUS_WRONG_ARM = "wrong_arm"
-STATUS_NOT_RUN = "not_run"
 
 
 class CliMissing(Exception):
@@ -355,19 +350,19 @@ def verify_arm(init: dict | None, plugin_dir: str | None) -> str | None:
 def judge(outcome: RunOutcome, t: Transcript, stderr: Path, timeout: float) -> tuple[str, str]:
     """(status, error sentence) of one agent run, before the arm is verified."""
     if outcome.timed_out:
-        return STATUS_TIMEOUT, f"the agent ran past the cell timeout of {timeout:g} s and was killed with its process tree"
+        return records.TIMEOUT, f"the agent ran past the cell timeout of {timeout:g} s and was killed with its process tree"
     err = procs.output_tail(stderr, EXCERPT)
     if ROOT_REFUSAL in err:
-        return STATUS_CLI_ERROR, ("the CLI refuses --permission-mode bypassPermissions when run as root; "
+        return records.CLI_ERROR, ("the CLI refuses --permission-mode bypassPermissions when run as root; "
                                   "run as another user, or set IS_SANDBOX=1 if this machine is a disposable sandbox")
     if t.result is not None:
         if t.result.get("is_error") or t.result.get("subtype") not in (None, "success"):
             detail = str(t.result.get("result") or t.result.get("subtype") or "error")[:300]
-            return STATUS_CLI_ERROR, f"the CLI ended with an error ({t.result.get('subtype')}): {detail}"
-        return STATUS_FINISHED, ""
+            return records.CLI_ERROR, f"the CLI ended with an error ({t.result.get('subtype')}): {detail}"
+        return records.FINISHED, ""
     if outcome.exit_code not in (0, None):
         last = err.splitlines()[-1][:300] if err else "no output on stderr"
-        return STATUS_CLI_ERROR, f"the CLI exited with code {outcome.exit_code} before a result: {last}"
+        return records.CLI_ERROR, f"the CLI exited with code {outcome.exit_code} before a result: {last}"
     if t.garbage:
-        return STATUS_BAD_OUTPUT, f"the CLI's output was not stream-json ({t.garbage} unreadable lines, first: {t.first_garbage!r})"
-    return STATUS_BAD_OUTPUT, "the CLI exited without printing a result line"
+        return records.BAD_OUTPUT, f"the CLI's output was not stream-json ({t.garbage} unreadable lines, first: {t.first_garbage!r})"
+    return records.BAD_OUTPUT, "the CLI exited without printing a result line"

@@ -1,8 +1,12 @@
 """One cell, start to end: seed a workspace, run the agent, score what it left behind.
 
 This is the whole lifecycle; the pytest item in `collect.py` only calls `run_cell` (or
-`rescore_cell`) and turns the record into properties and an outcome. Scoring reads only the
-kept workspace, so a rescore recomputes every figure with no agent call.
+`score_cell` for a rescore) and turns the record into properties and an outcome.
+
+Scoring is a pure function of the kept workspace: metrics read it, checks run in disposable
+copies of it (one per axis), and nothing is written into it. `run_cell` writes the cell's
+result once, when the cell finishes; from then on nothing under the workspace changes, so a
+rescore of an unchanged run gives the same figures every time.
 """
 from __future__ import annotations
 
@@ -10,13 +14,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from . import agent, checks, metrics, session, workspace
+from . import agent, checks, metrics, record as records, workspace
+from .rundir import RunDir, write_atomic
 from .spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
 AGENT_RECORD = "_ponybench.agent.json"  # how the agent run ended, for rescoring
-STATUS_ARM_UNPROVEN = "arm_unproven"  # rehearsal: the arm's text never reached the model
 
 
 @dataclass(frozen=True)
@@ -39,21 +42,14 @@ class Cell:
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
-class Rehearsal(Protocol):
-    """What a cell needs from rehearsal mode (see rehearsal.py)."""
-
-    def env_for(self, cell: Cell, workspace: Path) -> dict[str, str]: ...
-
-    def prove(self, cell: Cell) -> str | None: ...
-
-
 @dataclass
 class CellContext:
-    run_dir: Path
+    run_dir: RunDir
     claude: str | None
     timeout: float
     arms_dir: Path
-    rehearsal: Rehearsal | None = None
+    hook: object  # config.hook: pytest_ponybench_agent_env and _prove_arm (hookspec.py)
+    rehearsal: bool = False  # the scripted model plays the agent: say so in every record
     max_budget_usd: float | None = None  # passed to the CLI as --max-budget-usd
     confine: bool = False  # run the agent under bubblewrap: only its workspace writable
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
@@ -64,7 +60,7 @@ def append_text(arm: ArmSpec) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    session.write_atomic(path, json.dumps(data, indent=1))
+    write_atomic(path, json.dumps(data, indent=1))
 
 
 def _read_json(path: Path) -> dict:
@@ -80,15 +76,15 @@ def identity(cell: Cell) -> dict:
             "model": cell.model, "model_id": cell.model_id, "run": cell.run, "kind": cell.task.kind}
 
 
-def kept_result(cell: Cell, run_dir: Path) -> dict | None:
+def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     """Resume: the finished record of this cell in a kept run, or None when it must run.
 
     A workspace without a result was in flight when the run died: it reruns from a fresh seed.
     A result from a different task or arm spec is never reused; its workspace is moved aside
     (kept, since it was paid for) and the cell runs again."""
-    ws = run_dir / cell.id
+    ws = run_dir.cell_dir(cell.id)
     record = _read_json(ws / workspace.RESULT)
-    if not record or record.get("status") in (agent.STATUS_NOT_RUN, "interrupted"):
+    if not record or record.get("status") in (records.NOT_RUN, records.INTERRUPTED):
         return None
     if record.get("spec_hash") != cell.spec_hash:
         ws.rename(ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
@@ -98,23 +94,23 @@ def kept_result(cell: Cell, run_dir: Path) -> dict | None:
 
 def run_cell(cell: Cell, ctx: CellContext) -> dict:
     """Run one cell and return its record (see docs/architecture.md)."""
-    ws = ctx.run_dir / cell.id
+    ws = ctx.run_dir.cell_dir(cell.id)
     workspace.fresh(ws)  # a rerun starts from a fresh seed, never a half-done workspace
     _write_json(ws / workspace.IDENTITY, identity(cell))
     try:
         plugin_dir = resolve_plugin_dir(cell.arm, ctx.arms_dir)
     except SpecError as exc:
-        _write_json(ws / AGENT_RECORD, {"status": agent.STATUS_NOT_RUN, "error": str(exc)})
-        return score_cell(cell, ws)
+        _write_json(ws / AGENT_RECORD, {"status": records.NOT_RUN, "error": str(exc)})
+        return finish(cell, ws)
     workspace.seed(cell.task, ws)
     argv = agent.build_argv(ctx.claude, cell.task.prompt, cell.model_id, append_text(cell.arm),
                             plugin_dir, ctx.max_budget_usd)
-    env = agent.agent_env(ctx.rehearsal.env_for(cell, ws) if ctx.rehearsal is not None else {})
+    env = agent.agent_env(ctx.hook.pytest_ponybench_agent_env(cell=cell, workspace=ws))
     if ctx.confine:
         argv = agent.confine(argv, ws, env)
-    before = workspace.outside_snapshot(ctx.run_dir)
+    before = workspace.outside_snapshot(ctx.run_dir.path)
     outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
-    changed_beside = workspace.changed_entries(before, workspace.outside_snapshot(ctx.run_dir))
+    changed_beside = workspace.changed_entries(before, workspace.outside_snapshot(ctx.run_dir.path))
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
@@ -123,49 +119,59 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
         written = [p for p in written if not agent.absorbed_by_confinement(p, ws, env)]
     escaped = workspace.blame(ws, changed_beside, written, ctx.exclusive)
     status, error = agent.judge(outcome, transcript, ws / workspace.STDERR, ctx.timeout)
-    if status == agent.STATUS_FINISHED:
+    if status == records.FINISHED:
         wrong = agent.verify_arm(transcript.init, plugin_dir)
-        if wrong is None and ctx.rehearsal is not None:
-            wrong = ctx.rehearsal.prove(cell)
-            status = STATUS_ARM_UNPROVEN if wrong else status
-        elif wrong is not None:
-            status = agent.STATUS_WRONG_ARM
+        if wrong is None:
+            wrong = ctx.hook.pytest_ponybench_prove_arm(cell=cell, workspace=ws, transcript=transcript) or None
+            status = records.ARM_UNPROVEN if wrong else status
+        else:
+            status = records.WRONG_ARM
         error = wrong or ""
-    _write_json(ws / AGENT_RECORD, {"status": status, "error": error, "rehearsal": ctx.rehearsal is not None,
+    _write_json(ws / AGENT_RECORD, {"status": status, "error": error, "rehearsal": ctx.rehearsal,
                                     "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
                                     "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
                                     "plugin_dir": plugin_dir, "argv": argv})
     # The spend is on the ledger before the result exists: a kill between the two can make a
     # resume pay for this cell again, never hide what it cost.
-    session.record_spend(ctx.run_dir, cell.id, agent.usage_metrics(transcript)["cost_usd"])
-    return score_cell(cell, ws)
+    ctx.run_dir.record_spend(cell.id, agent.usage_metrics(transcript)["cost_usd"])
+    return finish(cell, ws)
+
+
+def finish(cell: Cell, ws: Path) -> dict:
+    """Score the workspace the agent just left and write the cell's result into it: the one
+    write after the agent, and the mark a resume reads as "finished"."""
+    record = score_cell(cell, ws)
+    _write_json(ws / workspace.RESULT, record)
+    return record
 
 
 def score_cell(cell: Cell, ws: Path) -> dict:
-    """Score a kept workspace: metrics, checks and usage. No agent call; safe to repeat."""
+    """Score a kept workspace: metrics, checks and usage. No agent call, and no write under
+    the workspace: the same workspace always gives the same record."""
     ran = _read_json(ws / AGENT_RECORD)
-    status = str(ran.get("status") or agent.STATUS_BAD_OUTPUT)
+    status = str(ran.get("status") or records.BAD_OUTPUT)
     error = str(ran.get("error") or ("" if ran else "no record of the agent run in this workspace"))
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
     answer = (transcript.result or {}).get("result") or transcript.last_text
     task = cell.task
-    record = {**identity(cell), "status": status, "ran": status == agent.STATUS_FINISHED,
+    record = {**identity(cell), "status": status, "ran": status == records.FINISHED,
               "error": error, "rehearsal": bool(ran.get("rehearsal")), "reused": False,
               # Paths the agent wrote beside its workspace (none can, when confined).
               "escaped": ",".join(ran.get("escaped") or []), "workspace": str(ws.resolve())}
     record.update(agent.usage_metrics(transcript))
-    if status == agent.STATUS_NOT_RUN:
+    if status == records.NOT_RUN:
         record.update(metrics.EMPTY)
     else:
-        record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws), answer))
+        record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws),
+                                         workspace.seed_manifest(ws, task.seed), answer))
     if record["ran"]:
-        verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout)
+        verdicts = run_checks(task, ws)
     else:
         # What an agent left behind when it never ran properly does not count as its answer.
         verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
                     for axis in ("correct", "safe")}
-    delivered = record["total_loc"] > 0
-    for axis in ("correct", "safe"):
+    delivered = record["delivered"]
+    for axis in records.AXES:
         if axis in verdicts:
             ok, reason = verdicts[axis].ok, verdicts[axis].reason
         elif axis == "correct" and task.kind != "surgical":
@@ -176,8 +182,17 @@ def score_cell(cell: Cell, ws: Path) -> dict:
     failure = failure_line(record)
     record["passed"] = failure is None
     record["failure"] = failure or ""
-    _write_json(ws / workspace.RESULT, record)
     return record
+
+
+def run_checks(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
+    """Each axis's check in its own disposable copy of the workspace: a check that writes (or
+    code under test that does) can neither touch the kept workspace nor the other axis."""
+    verdicts = {}
+    for axis, code in task.checks.items():
+        with workspace.disposable_copy(ws, f"check-{axis}") as copy:
+            verdicts[axis] = checks.run_check(code, copy, axis, task.file, task.check_timeout)
+    return verdicts
 
 
 def failure_line(record: dict) -> str | None:
@@ -186,7 +201,7 @@ def failure_line(record: dict) -> str | None:
         return f"agent never ran properly ({record['status']}): {record['error']}"
     if record.get("escaped"):
         return f"the agent wrote outside its workspace: {record['escaped']}"
-    if record["kind"] != "surgical" and record["total_loc"] == 0:
+    if record["kind"] != "surgical" and not record["delivered"]:
         return "the agent finished but delivered no code"
     if not record["correct"]:
         return f"incorrect: {record['correct_reason']}"

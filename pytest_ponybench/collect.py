@@ -16,6 +16,8 @@ import pytest
 
 from . import cell as cells
 from . import instruments
+from .controller import BUDGET_REACHED, never_ran_record
+from .rundir import usd
 from .spec import ArmSpec, SpecError, TaskSpec, load_task
 
 
@@ -31,10 +33,15 @@ class _PlainFailure:
 
 
 class TaskFile(pytest.File):
-    def collect(self):
-        from .plugin import state_of  # the plugin owns the session-wide state
+    """One task file. `state` is the session's PonybenchState (plugin.py), handed over when
+    the collector is made, so items get what they need without reaching back for it."""
 
-        state = state_of(self.config)
+    def __init__(self, *, state, **kwargs):
+        super().__init__(**kwargs)
+        self.state = state
+
+    def collect(self):
+        state = self.state
         try:
             task = load_task(self.path, state.settings.fixtures_dir)
         except SpecError as exc:
@@ -46,10 +53,10 @@ class TaskFile(pytest.File):
                 yield SelftestItem.from_parent(self, name=f"selftest-{side}", task=task, side=side)
         if state.settings.rescore is not None:
             for cell, ws in state.rescore_cells(task):
-                yield CellItem.from_parent(self, name=cell.id, cell=cell, rescore_workspace=ws)
+                yield CellItem.from_parent(self, name=cell.id, cell=cell, state=state, rescore_workspace=ws)
         elif state.settings.enabled:
             for cell in state.cells_for(task):
-                yield CellItem.from_parent(self, name=cell.id, cell=cell)
+                yield CellItem.from_parent(self, name=cell.id, cell=cell, state=state)
 
 
 class TasksDir(pytest.Dir):
@@ -93,9 +100,10 @@ class HarnessItem(_PlainFailure, pytest.Item):
 
 
 class CellItem(_PlainFailure, pytest.Item):
-    def __init__(self, *, cell: cells.Cell, rescore_workspace: Path | None = None, **kwargs):
+    def __init__(self, *, cell: cells.Cell, state, rescore_workspace: Path | None = None, **kwargs):
         super().__init__(**kwargs)
         self.cell = cell
+        self.state = state
         self.rescore_workspace = rescore_workspace
         self.add_marker("ponybench")
         for tag in cell.task.tags:
@@ -103,10 +111,12 @@ class CellItem(_PlainFailure, pytest.Item):
         # -k selects by task, arm and model name as well as by the cell id.
         self.extra_keyword_matches.update({cell.task.name, cell.arm.name, cell.model})
 
-    def runtest(self):
-        from .plugin import state_of
+    @property
+    def identity(self) -> dict:
+        return cells.identity(self.cell)
 
-        state = state_of(self.config)
+    def runtest(self):
+        state = self.state
         try:
             if self.rescore_workspace is not None:
                 record = cells.score_cell(self.cell, self.rescore_workspace)
@@ -125,7 +135,8 @@ class CellItem(_PlainFailure, pytest.Item):
         except BaseException as exc:
             # A pytest-timeout, a Ctrl-C or a harness bug: the agent's tree is already dead
             # (procs' finally); keep a record that says this cell never finished.
-            self.user_properties.extend(never_ran(self.cell, f"interrupted: {type(exc).__name__}: {exc}").items())
+            self.user_properties.extend(
+                never_ran_record(self.identity, f"interrupted: {type(exc).__name__}: {exc}").items())
             raise
         self.config.hook.pytest_ponybench_cell_record(cell=self.cell, record=record)
         self.user_properties.extend(record.items())
@@ -133,24 +144,12 @@ class CellItem(_PlainFailure, pytest.Item):
             raise CellFailed(record["failure"])
 
     def check_budget(self, state) -> None:
-        from .plugin import BUDGET_REACHED
-        from .session import spent, usd
-
         cap = state.settings.max_cost
-        if cap is not None and (so_far := spent(state.run_dir)) >= cap:
+        if cap is not None and (so_far := state.run_dir.spent()) >= cap:
             pytest.skip(f"{BUDGET_REACHED}: {usd(so_far)} of {usd(cap)} spent")
 
     def reportinfo(self):
         return self.path, 0, f"cell {self.cell.id}"
-
-
-def never_ran(cell: cells.Cell | None, error: str, identity: dict | None = None) -> dict:
-    """The record of a cell that produced none of its own (interrupted, or its worker died)."""
-    record = dict(identity or cells.identity(cell))
-    record.update(status="interrupted", ran=False, passed=False, correct=0, safe=0, error=error,
-                  failure=f"agent never ran properly (interrupted): {error}",
-                  correct_reason="not scored", safe_reason="not scored")
-    return record
 
 
 def arm_placeholder(name: str) -> ArmSpec:

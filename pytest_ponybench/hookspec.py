@@ -1,4 +1,6 @@
 """Hooks other plugins and conftest files can implement (registered by the plugin)."""
+import pytest
+
 
 
 def pytest_ponybench_cell_record(cell, record):
@@ -11,3 +13,20 @@ def pytest_ponybench_cell_record(cell, record):
 def pytest_ponybench_rehearsal_script(cell, script):
     """Rehearsal only: adjust the ``rehearsal.CellScript`` the scripted model plays for this
     cell (the files it writes, its answer, the usage it reports, ``stall_seconds``) in place."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_ponybench_agent_env(cell, workspace):
+    """The environment a cell's CLI runs with, over the harness's own: a dict of strings.
+
+    The plugin's default (a real run) adds nothing; rehearsal points the CLI at the scripted
+    model. The first implementation that returns a dict wins."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_ponybench_prove_arm(cell, workspace, transcript):
+    """Whether the arm of a cell that finished reached the model, after the init line showed
+    the right plugin: "" when proven, else one sentence saying why not (the cell is then
+    `arm_unproven` and counts in no rate). ``transcript`` is the parsed ``agent.Transcript``.
+    The plugin's default (a real run) returns ""; rehearsal reads the scripted model's records.
+    The first implementation that returns a string wins."""

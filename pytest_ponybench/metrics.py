@@ -9,8 +9,11 @@ Definitions (kept identical to the original benchmark's so published numbers com
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path, PurePosixPath
 
 CODE_EXTENSIONS = frozenset({".py", ".js", ".ts", ".jsx", ".tsx", ".html", ".css", ".go", ".rs", ".java", ".rb", ".sh"})
@@ -23,7 +26,8 @@ SELFCHECK_STARTS = ("if __name__",) + tuple(
 GENERATED_MARKERS = ("-lock", ".lock", ".gen.ts", "lock.json", "routeTree.gen")
 FENCED_BLOCK = re.compile(r"```[a-zA-Z0-9_+-]*\r?\n(.*?)```", re.S)
 
-EMPTY = {"files": 0, "src_files": 0, "total_loc": 0, "src_loc": 0, "test_files": 0, "test_loc": 0}
+EMPTY = {"files": 0, "src_files": 0, "total_loc": 0, "src_loc": 0, "test_files": 0, "test_loc": 0,
+         "delivered": False}
 
 
 def is_test_path(rel: str) -> bool:
@@ -94,19 +98,21 @@ def workspace_stats(workspace: Path, seeded: set[str] = frozenset(), selfcheck_a
             "src_loc": src_loc, "test_files": len(tests), "test_loc": test_loc}
 
 
-def git(workspace: Path, *args: str) -> subprocess.CompletedProcess:
+def git(workspace: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["git", "-c", "user.email=ponybench@localhost", "-c", "user.name=ponybench",
-         "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", *args],
+         "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", "-c", "gc.auto=0",
+         "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false", *args],
         cwd=workspace, capture_output=True, text=True, timeout=120,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
-def _numstat(workspace: Path) -> list[tuple[str, str]]:
+def _numstat(workspace: Path, env: dict[str, str]) -> list[tuple[str, str]]:
     """(added, path) of each file staged against the snapshot, read with -z: without it git
     quotes unusual names ("caf\\303\\251.py") and writes a rename as "a/{x.py => y.py}", and
     either would hide the file's real suffix and folders. A rename is counted under its new path."""
-    tokens = git(workspace, "diff", "--cached", "--numstat", "-z", "HEAD").stdout.split("\0")
+    tokens = git(workspace, "diff", "--cached", "--numstat", "-z", "HEAD", env=env).stdout.split("\0")
     rows, i = [], 0
     while i < len(tokens):
         fields = tokens[i].split("\t")
@@ -120,18 +126,36 @@ def _numstat(workspace: Path) -> list[tuple[str, str]]:
     return rows
 
 
+def _counted_in_diff(rel: str) -> bool:
+    return (PurePosixPath(rel).suffix in CODE_EXTENSIONS and "node_modules" not in rel
+            and not any(marker in rel for marker in GENERATED_MARKERS))
+
+
 def diff_stats(workspace: Path) -> dict:
     """Added lines of code files the agent created or changed since the seeded snapshot:
-    the '+N' a pull request shows. Lockfiles and generated files are skipped, tests apart."""
-    git(workspace, "add", "-A")
+    the '+N' a pull request shows. Lockfiles and generated files are skipped, tests apart.
+
+    Read-only: git stages the working tree into a throwaway index and object store (the
+    workspace's own objects serve as an alternate), so scoring writes nothing under the
+    workspace's .git, and scoring it twice gives the same figures."""
     stats = dict(EMPTY)
-    for added_text, rel in _numstat(workspace):
+    changed = 0
+    with tempfile.TemporaryDirectory(prefix="ponybench-diff-") as tmp:
+        objects = Path(workspace) / ".git" / "objects"
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
+               "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(objects.resolve()),
+               "GIT_OPTIONAL_LOCKS": "0"}
+        (Path(tmp) / "objects").mkdir()
+        git(workspace, "read-tree", "HEAD", env=env)
+        git(workspace, "add", "-A", env=env)
+        rows = _numstat(workspace, env)
+    for added_text, rel in rows:
+        if not _counted_in_diff(rel):
+            continue
+        changed += 1  # created, changed or deleted: a code file differs from the seed
         if added_text == "-":  # a binary file
             continue
         added = int(added_text)
-        if (PurePosixPath(rel).suffix not in CODE_EXTENSIONS or "node_modules" in rel
-                or any(marker in rel for marker in GENERATED_MARKERS)):
-            continue
         if is_test_path(rel):
             stats["test_loc"] += added
             stats["test_files"] += 1
@@ -140,8 +164,22 @@ def diff_stats(workspace: Path) -> dict:
             stats["files"] += 1
     stats["src_files"] = stats["files"]
     stats["src_loc"] = stats["total_loc"]
-    git(workspace, "reset", "-q")  # leave the index as the snapshot had it
+    stats["delivered"] = changed > 0
     return stats
+
+
+def _digest_file(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def delivered_files(workspace: Path, seeded: dict[str, str], fixture_files: set[str]) -> list[str]:
+    """Code files the agent created or changed compared with what was seeded (`seeded`:
+    {path: sha256}); a seeded stub left as it was is not among them."""
+    return [rel for rel in code_files(workspace, fixture_files)
+            if seeded.get(rel) is None or seeded[rel] != _digest_file(workspace / rel)]
 
 
 def answer_code_loc(text: str | None) -> tuple[int, int]:
@@ -154,13 +192,17 @@ def answer_code_loc(text: str | None) -> tuple[int, int]:
     return total, code
 
 
-def cell_stats(workspace: Path, kind: str, seeded: set[str], answer: str | None) -> dict:
+def cell_stats(workspace: Path, kind: str, fixture_files: set[str], seeded: dict[str, str],
+               answer: str | None) -> dict:
     """The metrics of one cell, by task kind: fixture -> git diff; open -> files, or the
-    answer's code blocks when no file was written; surgical -> files, self-check as test."""
+    answer's code blocks when no file was written; surgical -> files, self-check as test.
+    Seeded files count in LOC (the original benchmark's definition); `delivered` says whether
+    the agent created or changed any code file (or, on an open task, answered with code)."""
     if kind == "fixture":
         return diff_stats(workspace)
-    stats = workspace_stats(workspace, seeded, selfcheck_as_test=(kind == "surgical"))
+    stats = workspace_stats(workspace, fixture_files, selfcheck_as_test=(kind == "surgical"))
+    stats["delivered"] = bool(delivered_files(workspace, seeded, fixture_files))
     if kind == "open" and stats["total_loc"] == 0 and answer:
         total, code = answer_code_loc(answer)
-        stats.update(total_loc=total, src_loc=code, src_files=1 if total else 0)
+        stats.update(total_loc=total, src_loc=code, src_files=1 if total else 0, delivered=total > 0)
     return stats

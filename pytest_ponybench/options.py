@@ -84,7 +84,7 @@ INI = {
     "ponybench_tasks": ("string", "tasks", "folder of task YAML files, relative to the rootdir"),
     "ponybench_arms": ("string", "arms", "folder of arm YAML files, relative to the rootdir"),
     "ponybench_fixtures": ("string", "fixtures", "folder of fixture repositories, relative to the rootdir"),
-    "ponybench_reference": ("string", "baseline", "the arm every other arm is compared against in the reports"),
+    "ponybench_reference": ("string", "", "the arm every other arm is compared against in the reports (default baseline)"),
     "ponybench_max_cost": ("string", "", "US dollars the whole run may spend; no cell starts once finished cells reach it"),
     "ponybench_max_cell_cost": ("string", "", "US dollars one cell may spend (passed to the CLI as --max-budget-usd)"),
 }
@@ -162,6 +162,7 @@ class Settings:
     rehearse: bool
     rehearse_ref: str
     reference: str
+    reference_given: bool  # named on the command line or in ini, not the default
     resume: Path | None
     max_cost: float | None
     max_cell_cost: float | None
@@ -226,7 +227,8 @@ def settings(config) -> Settings:
         rescore=opt.ponybench_rescore,
         rehearse=bool(opt.ponybench_rehearse),
         rehearse_ref=opt.ponybench_rehearse_ref,
-        reference=opt.ponybench_reference or config.getini("ponybench_reference"),
+        reference=opt.ponybench_reference or config.getini("ponybench_reference") or "baseline",
+        reference_given=bool(opt.ponybench_reference or config.getini("ponybench_reference")),
         resume=opt.ponybench_resume,
         max_cost=opt.ponybench_max_cost or _ini_optional(config, "ponybench_max_cost", positive_usd),
         max_cell_cost=opt.ponybench_max_cell_cost or _ini_optional(config, "ponybench_max_cell_cost", positive_usd),

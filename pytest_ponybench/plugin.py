@@ -1,41 +1,38 @@
 """pytest hooks: thin, each handing off to the module that owns the job.
 
-Process roles under xdist: the controller validates, gates and gathers (it replays every
-worker's report through `pytest_runtest_logreport`, so results are written once, in one
-process); workers collect and run cells. Without xdist one process plays both parts.
+Process roles under xdist: the controller (`controller.py`, registered only there) validates,
+gates and gathers; workers collect and run cells. Without xdist one process plays both
+parts. A rehearsal registers `rehearsal.RehearsalPlugin`, which reaches each cell through the
+`pytest_ponybench_agent_env` and `pytest_ponybench_prove_arm` hooks; the defaults here are
+those of a real run.
 """
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from . import agent, instruments, options, procs, summary
-from .cell import STATUS_ARM_UNPROVEN, Cell, CellContext, read_identity
-from .cell import identity as cell_identity
-from .collect import TaskFile, TasksDir, arm_placeholder, never_ran
-from .session import RunSession, cost_history, new_run_dir, spent, usd
-from .spec import ArmSpec, SpecError, TaskSpec, load_arms, load_task, model_ids, resolve_model
+from . import options, procs
+from .cell import Cell, CellContext, read_identity
+from .collect import TaskFile, TasksDir, arm_placeholder
+from .rundir import RunDir
+from .spec import ArmSpec, SpecError, TaskSpec, load_arms, model_ids, resolve_model
 
 STATE = pytest.StashKey["PonybenchState"]()
-BUDGET_REACHED = "budget reached"
 
 
 @dataclass
 class PonybenchState:
+    """What every process of the session knows: the settings, the arms, the run directory."""
+
     settings: options.Settings
     arms: dict[str, ArmSpec] = field(default_factory=dict)
     model_ids: dict[str, str] = field(default_factory=dict)
-    run_dir: Path | None = None
+    run_dir: RunDir | None = None
     claude: str | None = None
     claude_version: str = ""
-    session: RunSession | None = None  # the controller's
-    rehearsal: object | None = None  # this process's rehearsal.Rehearsal, started lazily
-    written: list[Path] = field(default_factory=list)  # files the session wrote at its end
     is_worker: bool = False  # an xdist worker: other cells run beside this process's
 
     def selected_arms(self) -> list[ArmSpec]:
@@ -50,7 +47,7 @@ class PonybenchState:
 
     def rescore_cells(self, task: TaskSpec) -> list[tuple[Cell, Path]]:
         found = []
-        for ws in sorted(p for p in self.settings.rescore.iterdir() if p.is_dir()):
+        for ws in self.run_dir.cell_dirs():
             ident = read_identity(ws)
             if ident.get("task") != task.name or ident.get("cell") != ws.name:
                 continue  # another task's, or a stale copy kept aside by a resume
@@ -63,26 +60,15 @@ class PonybenchState:
         what is left of the run's budget."""
         caps = [self.settings.max_cell_cost]
         if self.settings.max_cost is not None:
-            caps.append(max(self.settings.max_cost - spent(self.run_dir), 0.0))
+            caps.append(max(self.settings.max_cost - self.run_dir.spent(), 0.0))
         caps = [c for c in caps if c is not None]
         return min(caps) if caps else None
 
-    def cell_context(self, hook=None) -> CellContext:
-        if self.settings.rehearse and self.rehearsal is None:
-            from .rehearsal import Rehearsal
-
-            home = tempfile.mkdtemp(prefix="ponybench-rehearsal-home-")
-            self.rehearsal = Rehearsal(self.arms, self.settings.arms_dir, self.settings.rehearse_ref, home, hook)
+    def cell_context(self, hook) -> CellContext:
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
-                           arms_dir=self.settings.arms_dir, rehearsal=self.rehearsal,
+                           arms_dir=self.settings.arms_dir, hook=hook, rehearsal=self.settings.rehearse,
                            max_budget_usd=self.cell_budget(), confine=self.settings.confine,
                            exclusive=not self.is_worker)
-
-    def stop_rehearsal(self) -> None:
-        if self.rehearsal is not None:
-            self.rehearsal.stop()
-            shutil.rmtree(self.rehearsal.home, ignore_errors=True)
-            self.rehearsal = None
 
 
 def state_of(config) -> PonybenchState:
@@ -120,13 +106,21 @@ def pytest_configure(config):
         return
     if is_worker(config):
         state.is_worker = True
-        state.run_dir = Path(config.workerinput["ponybench_run_dir"])
+        state.run_dir = RunDir(Path(config.workerinput["ponybench_run_dir"]))
         state.claude = config.workerinput["ponybench_claude"]
     else:
-        config.pluginmanager.register(Controller(state, config), "ponybench-controller")
+        from .controller import Controller
+
         if settings.rescore is not None:
-            state.run_dir = settings.rescore
-            state.session = RunSession(state.run_dir, mode="rescore")
+            state.run_dir = Controller.open_run(settings.rescore, "--ponybench-rescore")
+            kept = {r.get("arm") for r in state.run_dir.read_results()}
+            _validate_reference(state, kept | set((state.run_dir.read_options() or {}).get("arms") or []))
+        config.pluginmanager.register(Controller(state, config), "ponybench-controller")
+    if settings.rehearse and settings.rescore is None:
+        from .rehearsal import RehearsalPlugin
+
+        config.pluginmanager.register(RehearsalPlugin(config, state.arms, settings.arms_dir, settings.rehearse_ref),
+                                      "ponybench-rehearsal")
     # pytest's default SIGTERM handling skips `finally` blocks; make SIGTERM an interrupt so
     # every agent process tree is killed on the way out.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -147,73 +141,35 @@ def _validate_selection(state: PonybenchState) -> None:
             raise SpecError(f"--arms: unknown arm '{name}'; the arms in {s.arms_dir} are {', '.join(sorted(state.arms))}")
     for model in s.models:
         resolve_model(model, state.model_ids)
+    if s.rescore is None:
+        _validate_reference(state, set())
 
 
-class Controller:
-    """Registered on the controller only (the one process under -n 0)."""
+def _validate_reference(state: PonybenchState, kept_arms: set) -> None:
+    """--ponybench-reference names an arm of the run (or of the arms folder): a typo is an
+    option error, not a report that quietly compares nothing. The default, baseline, may be
+    absent: the reports then say there is no reference to compare against."""
+    known = set(state.arms) | {a for a in kept_arms if a}
+    if state.settings.reference_given and state.settings.reference not in known:
+        raise pytest.UsageError(
+            f"--ponybench-reference {state.settings.reference}: no such arm; the arms are "
+            f"{', '.join(sorted(known)) or '(none)'} (set it on the command line or as ponybench_reference in ini)")
 
-    def __init__(self, state: PonybenchState, config):
-        self.state = state
-        self.config = config
-        self.announced = False
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node):
-        """xdist: hand the run directory and the CLI to every worker."""
-        node.workerinput["ponybench_run_dir"] = str(self.state.run_dir)
-        node.workerinput["ponybench_claude"] = self.state.claude
+# --------------------------------------------------------------------------- the cell hooks' defaults
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node, ids):
-        self.announce([_identity_from_nodeid(i) for i in ids])
 
-    def pytest_collection_finish(self, session):
-        from .collect import CellItem
+@pytest.hookimpl(trylast=True)
+def pytest_ponybench_agent_env(cell, workspace):
+    return {}  # a real run: the CLI talks to the API with the user's own credentials
 
-        if not is_worker(session.config):
-            self.announce([cell_identity(i.cell) for i in session.items if isinstance(i, CellItem)])
 
-    def announce(self, cells: list[dict | None]) -> None:
-        """Before the first cell: how many cells, and what they may cost going by earlier runs."""
-        cells = [c for c in cells if c is not None]
-        if self.announced or not cells or self.state.session is None:
-            return
-        self.announced = True
-        history = cost_history(self.state.settings.dir, self.state.run_dir, self.state.settings.rehearse)
-        known = [history[(c["task"], c["model"])] for c in cells if (c["task"], c["model"]) in history]
-        line = f"ponybench: {len(cells)} cells in {self.state.run_dir}"
-        if known:
-            estimate = sum(known) / len(known) * len(cells)
-            line += (f"; estimated cost {usd(estimate)} from earlier runs of these tasks and models"
-                     f" ({len(cells) - len(known)} of {len(cells)} cells have no history)")
-        else:
-            line += "; no earlier run of these tasks and models to estimate the cost from"
-        if self.state.settings.max_cost is not None:
-            line += f"; budget {usd(self.state.settings.max_cost)} ({usd(spent(self.state.run_dir))} spent so far)"
-        self.write(line)
+@pytest.hookimpl(trylast=True)
+def pytest_ponybench_prove_arm(cell, workspace, transcript):
+    return ""  # a real run: the init line's check (agent.verify_arm) is the proof
 
-    def write(self, line: str) -> None:
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            if reporter._tw.width_of_current_line:  # after progress dots: start a line of our own
-                reporter.write("\n")
-            reporter.write_line(line)
 
-    def pytest_runtest_logreport(self, report):
-        """Every report, the controller's own or a worker's replayed: gather here, once."""
-        props = dict(report.user_properties)
-        if report.when == "call" and "cell" in props:
-            self.state.session.add(props)
-            if not props.get("reused"):
-                cost = props.get("cost_usd")
-                self.write(f"ponybench: {props['cell']} {props.get('status')}"
-                           f"{'' if cost is None else ' ' + usd(cost)}; {usd(spent(self.state.run_dir))} spent so far")
-        elif report.skipped and BUDGET_REACHED in str(report.longrepr):
-            self.state.session.budget_skipped += 1
-        elif report.when == "???":  # xdist: the worker died while running this item
-            ident = _identity_from_nodeid(report.nodeid)
-            if ident is not None:
-                self.state.session.add(never_ran(None, "the xdist worker running this cell crashed", ident))
+# --------------------------------------------------------------------------- collection
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -228,13 +184,14 @@ def pytest_collect_file(file_path, parent):
     state = parent.config.stash.get(STATE, None)
     if (state is not None and file_path.suffix in (".yaml", ".yml")
             and file_path.parent.resolve() == state.settings.tasks_dir):
-        return TaskFile.from_parent(parent, path=file_path)
+        return TaskFile.from_parent(parent, path=file_path, state=state)
     return None
 
 
 def pytest_collection_modifyitems(session, config, items):
     """With --ponybench the session runs cells only: the project's other tests stay out."""
-    if not state_of(config).settings.enabled:
+    state = state_of(config)
+    if not state.settings.enabled:
         return
     from .collect import CellItem
 
@@ -246,106 +203,4 @@ def pytest_collection_modifyitems(session, config, items):
     grace = 120 + 2 * max((i.cell.task.check_timeout for i in keep), default=30)
     for item in keep:
         # pytest-timeout is the net above the cell's own timeout, never the first line.
-        item.add_marker(pytest.mark.timeout(state_of(config).settings.timeout + grace, method="signal"))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
-    """The gate, on the controller, before any worker starts: a usable CLI and proven
-    instruments, or no cell runs at all."""
-    config = session.config
-    state = state_of(config)
-    if (is_worker(config) or not state.settings.enabled or state.settings.rescore is not None
-            or config.option.collectonly):  # --co only lists cells: no gate, no run directory
-        return
-    try:
-        state.claude = agent.find_claude(state.settings.claude, config.rootpath)
-        state.claude_version = agent.claude_version(state.claude)
-    except agent.CliMissing as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if not state.settings.rehearse:
-        problem = agent.real_run_problem()
-        if problem:
-            raise pytest.UsageError(problem)
-    tasks = _loadable_tasks(state)
-    broken = instruments.prove_all(tasks)
-    if broken:
-        raise pytest.UsageError("instruments broken; refusing to spend:\n  " + "\n  ".join(broken)
-                                + "\nrun `pytest -m selftest` to see each instrument")
-    if state.settings.confine and shutil.which("bwrap") is None:
-        raise pytest.UsageError("--ponybench-confine needs bubblewrap: apt-get install bubblewrap")
-    # Only a run that passed the gate gets a directory; a resume continues its own.
-    if state.settings.resume is not None:
-        state.run_dir = state.settings.resume
-        state.session = RunSession(state.run_dir, mode="resume")
-    else:
-        state.run_dir = new_run_dir(state.settings.dir)
-        state.session = RunSession(state.run_dir)
-
-
-def _loadable_tasks(state: PonybenchState) -> list[TaskSpec]:
-    tasks = []
-    for path in sorted(state.settings.tasks_dir.glob("*.y*ml")):
-        try:
-            tasks.append(load_task(path, state.settings.fixtures_dir))
-        except SpecError:
-            continue  # reported as that file's collection error
-    return tasks
-
-
-def _identity_from_nodeid(nodeid: str) -> dict | None:
-    name = nodeid.rsplit("::", 1)[-1]
-    parts = name.split("__")
-    if len(parts) != 4 or not parts[3].isdigit():
-        return None
-    task, arm, model, run = parts
-    return {"cell": name, "task": task, "arm": arm, "model": model, "model_id": model, "run": int(run),
-            "kind": "", "spec_hash": ""}
-
-
-def pytest_sessionfinish(session, exitstatus):
-    state = state_of(session.config)
-    state.stop_rehearsal()
-    if state.session is not None:
-        state.written = state.session.finish(state.model_ids, state.claude_version,
-                                             rehearsal=state.settings.rehearse, reference=state.settings.reference)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    state = state_of(config)
-    if state.session is None:
-        return
-    tr = terminalreporter
-    rows = summary.aggregate(state.session.records)
-    tr.write_sep("=", "ponybench summary")
-    for line in summary.table_lines(rows):
-        tr.write_line(line)
-    verb = "rescored" if state.settings.rescore is not None else "ran"
-    tr.write_line(f"{verb} {len(state.session.records)} cells; kept in {state.run_dir}")
-    if state.written:
-        tr.write_line("wrote " + ", ".join(p.name for p in state.written))
-    if state.session.budget_skipped:
-        tr.write_line(f"{state.session.budget_skipped} cells skipped: {BUDGET_REACHED} "
-                      f"({usd(spent(state.run_dir))} of {usd(state.settings.max_cost)}); "
-                      f"finish them later with --ponybench-resume={state.run_dir}", yellow=True)
-    if state.settings.rehearse:
-        for line in arm_proof_lines(state.session.records):
-            tr.write_line(line)
-        tr.write_line("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
-                      "cost, tokens, LOC and rates above say nothing about any real model.", yellow=True, bold=True)
-
-
-def arm_proof_lines(records: list[dict]) -> list[str]:
-    """One line per arm: did its text reach the (scripted) model in every cell that ran?"""
-    lines = []
-    for arm in sorted({r["arm"] for r in records}):
-        cells = [r for r in records if r["arm"] == arm]
-        unproven = [r for r in cells if r.get("status") == STATUS_ARM_UNPROVEN]
-        checked = [r for r in cells if r.get("status") in (agent.STATUS_FINISHED, STATUS_ARM_UNPROVEN)]
-        if unproven:
-            lines.append(f"arm {arm}: NOT proven in {len(unproven)} of {len(cells)} cells: {unproven[0]['error']}")
-        elif checked:
-            lines.append(f"arm {arm}: proven ({len(checked)} of {len(cells)} cells reached the model with this arm only)")
-        else:
-            lines.append(f"arm {arm}: not proven (no cell of this arm finished)")
-    return lines
+        item.add_marker(pytest.mark.timeout(state.settings.timeout + grace, method="signal"))

@@ -25,6 +25,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -503,15 +505,17 @@ def plugin_markers(plugin_dir: str | None) -> list[str]:
     return [f"{name}:{skill}" for skill in skills if os.path.isfile(os.path.join(skills_dir, skill, "SKILL.md"))]
 
 
-class Rehearsal:
-    """Rehearsal of cells against one ScriptedModel: implements the cell's Rehearsal protocol."""
+class RehearsalPlugin:
+    """Rehearsal as a pytest plugin, registered under --ponybench-rehearse in every process
+    that runs cells: it points each cell's CLI at one ScriptedModel (started with the first
+    cell) and proves the arm from the model's records, through the cell hooks of hookspec.py."""
 
-    def __init__(self, arms: dict, arms_dir, side: str = "good", home: str | None = None, hook=None):
-        self.hook = hook  # config.hook: lets a conftest adjust each cell's script
+    def __init__(self, config, arms: dict, arms_dir, side: str = "good"):
+        self.config = config  # its hook lets a conftest adjust each cell's script
         self.arms = arms
         self.arms_dir = arms_dir
         self.side = side
-        self.home = home
+        self.home: str | None = None  # a private HOME for the CLI, made with the server
         self.model = ScriptedModel()
         self._started = False
         self._texts: dict = {}  # arm -> (appended, context), see _arm_texts
@@ -520,25 +524,26 @@ class Rehearsal:
     def _server(self) -> ScriptedModel:
         with self._lock:
             if not self._started:
+                self.home = tempfile.mkdtemp(prefix="ponybench-rehearsal-home-")
                 self.model.start()
                 self._started = True
         return self.model
 
-    def stop(self) -> None:
+    def pytest_unconfigure(self, config):
         if self._started:
             self.model.stop()
+            shutil.rmtree(self.home, ignore_errors=True)
+            self._started = False
 
-    def env_for(self, cell, workspace) -> dict[str, str]:
+    def pytest_ponybench_agent_env(self, cell, workspace) -> dict[str, str]:
         files = rehearsal_files(cell.task, self.side)
         script = CellScript(writes=[(str(os.path.join(workspace, rel)), content) for rel, content in files.items()],
                             answer="Done: the change is written.")
-        if self.hook is not None:
-            self.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script)
+        self.config.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script)
         url = self._server().register(cell.id, script)
-        env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1"}
-        if self.home:
-            # The user's own ~/.claude (credentials, settings, history) stays out of a rehearsal.
-            env.update(HOME=self.home, CLAUDE_CONFIG_DIR=os.path.join(self.home, ".claude"))
+        env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1",
+               # The user's own ~/.claude (credentials, settings, history) stays out of a rehearsal.
+               "HOME": self.home, "CLAUDE_CONFIG_DIR": os.path.join(self.home, ".claude")}
         env.update({var: "" for var in CREDENTIAL_VARS})
         return env
 
@@ -556,7 +561,7 @@ class Rehearsal:
             self._texts[arm] = (append_text(arm), list(arm.proof) + plugin_markers(plugin_dir))
         return self._texts[arm]
 
-    def prove(self, cell) -> str | None:
+    def pytest_ponybench_prove_arm(self, cell, workspace, transcript) -> str:
         appended, context = self._arm_texts(cell.arm)
         if cell.arm.plugin and not context:
             return (f"arm '{cell.arm.name}' has nothing that can prove it reached the model: give it "
@@ -572,4 +577,4 @@ class Rehearsal:
             foreign += [text for text in candidates if text and text not in own]
         ok, reason = prove_arm(self.model.requests(cell.id), appended, context, foreign)
         self.model.forget(cell.id)
-        return None if ok else reason
+        return "" if ok else reason

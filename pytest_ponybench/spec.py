@@ -188,7 +188,15 @@ def _fixture(path: Path, raw: dict, fixtures_dir: Path) -> Path | None:
             )
         target = Path(where).expanduser()
     else:
+        pure = PurePosixPath(value.replace("\\", "/"))
+        if pure.is_absolute() or ".." in pure.parts or re.match(r"^[A-Za-z]:", value):
+            raise SpecError(f"{path}: field 'fixture': '{value}' leaves {fixtures_dir}; name a directory "
+                            f"under it, or use the $VARIABLE form for a repository elsewhere")
         target = fixtures_dir / value
+        # A link inside fixtures/ may point elsewhere: what counts is where the tree really is.
+        if target.is_dir() and Path(fixtures_dir).resolve() not in target.resolve().parents:
+            raise SpecError(f"{path}: field 'fixture': '{value}' resolves to {target.resolve()}, outside "
+                            f"{fixtures_dir}; use the $VARIABLE form for a repository elsewhere")
     if not target.is_dir():
         raise SpecError(f"{path}: field 'fixture': directory {target} does not exist")
     return target.resolve()

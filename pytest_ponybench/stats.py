@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from statistics import median
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
+
+from .record import INFRA, NEVER_RAN
 
 CONFIDENCE = 0.95
 # Fewer runs than this on either side of a comparison: no number, a "too few" verdict.
@@ -55,9 +56,9 @@ MIN_TASKS = 3
 # +-0.25 percentage points of probability) while a whole report still takes well under a second.
 N_BOOT = 4000
 SEED = 20240611
-# The arm was not (provably) applied, or the agent never started: such a cell says nothing
-# about the arm, so it is left out of every rate rather than counted as a failure.
-UNMEASURED_STATUSES = frozenset({"not_run", "wrong_arm", "arm_unproven"})
+# The arm was not (provably) applied, the cell was cut short, or the API failed: such a cell
+# says nothing about the arm, so it is left out of every rate rather than counted as a failure.
+UNMEASURED_STATUSES = NEVER_RAN | INFRA
 
 WILSON = "Wilson score interval"
 NEWCOMBE = "Newcombe hybrid score interval (method 10, from two Wilson intervals)"
@@ -189,66 +190,9 @@ class ArmStats:
 
 
 # --------------------------------------------------------------------------- record access
+# Which cells count is record.py's one definition, shared by every output.
 
-
-def name_of(record: dict, key: str) -> str:
-    """A task, arm or model name; a record without one (a broken line) groups under '?'."""
-    value = record.get(key)
-    return "?" if value is None or value == "" else str(value)
-
-
-def is_measured(record: dict) -> bool:
-    return record.get("status") not in UNMEASURED_STATUSES
-
-
-def outcome(record: dict, metric: str) -> int | None:
-    """``correct`` or ``safe`` as 0/1, or None when the cell does not count for it."""
-    if not is_measured(record):
-        return None
-    value = record.get(metric)
-    if value is None or isinstance(value, str):
-        return None
-    return 1 if value else 0
-
-
-def delivered_loc(record: dict) -> int | None:
-    """``total_loc`` of a cell that delivered code (total_loc > 0), else None."""
-    if not is_measured(record):
-        return None
-    loc = record.get("total_loc")
-    if isinstance(loc, bool) or not isinstance(loc, (int, float)) or loc <= 0:
-        return None
-    return loc
-
-
-def passed(record: dict) -> bool | None:
-    """The cell's pytest outcome, or correct and safe when the record has no ``passed``."""
-    if not is_measured(record):
-        return None
-    value = record.get("passed")
-    if isinstance(value, bool):
-        return value
-    correct, safe = outcome(record, "correct"), outcome(record, "safe")
-    if correct is None or safe is None:
-        return None
-    return bool(correct and safe)
-
-
-def count(records: Iterable[dict], metric: str) -> tuple[int, int]:
-    """(successes, cells that count) for ``correct`` or ``safe``."""
-    values = [v for v in (outcome(r, metric) for r in records) if v is not None]
-    return sum(values), len(values)
-
-
-def loc_values(records: Iterable[dict]) -> list[float]:
-    return [v for v in (delivered_loc(r) for r in records) if v is not None]
-
-
-def group_by(records: Iterable[dict], *keys: str) -> dict[tuple[str, ...], list[dict]]:
-    groups: dict[tuple[str, ...], list[dict]] = defaultdict(list)
-    for record in records:
-        groups[tuple(name_of(record, k) for k in keys)].append(record)
-    return dict(sorted(groups.items()))
+from .record import count, delivered_loc, group_by, is_measured, loc_values, name_of, outcome, passed  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------- building blocks

@@ -5,11 +5,14 @@ fix must never cost model spend twice.
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import hashlib
 import json
 import re
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 from .metrics import git
@@ -19,6 +22,7 @@ IDENTITY = f"{HARNESS_PREFIX}.cell.json"
 TRANSCRIPT = f"{HARNESS_PREFIX}.transcript.jsonl"
 STDERR = f"{HARNESS_PREFIX}.stderr.txt"
 FIXTURE_MANIFEST = f"{HARNESS_PREFIX}.fixture.json"
+SEED_MANIFEST = f"{HARNESS_PREFIX}.seed.json"  # {path: sha256} of the task's seed files
 RESULT = f"{HARNESS_PREFIX}.result.json"
 
 # What a fixture copy leaves behind: dependencies, VCS data, build output, caches, virtual
@@ -63,11 +67,19 @@ def snapshot(workspace: Path) -> None:
         raise RuntimeError(f"git could not snapshot the fixture in {workspace}: {done.stderr.strip()}")
 
 
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def seed(task: TaskSpec, workspace: Path, files: dict[str, str] | None = None) -> None:
-    """Fixture copy, then seed files (or `files` instead, for a reference), then snapshot."""
+    """Fixture copy, then seed files, then snapshot; then `files` over them (a reference)."""
     workspace.mkdir(parents=True, exist_ok=True)
     manifest = copy_fixture(task.fixture, workspace) if task.fixture is not None else []
     write_files(workspace, task.seed)
+    # What was seeded, so "the agent delivered code" can be told from "the stub is still there"
+    # from the workspace alone, whatever the task file says by the time it is rescored.
+    (workspace / SEED_MANIFEST).write_text(
+        json.dumps({rel: digest(text) for rel, text in sorted(task.seed.items())}), encoding="utf-8")
     if task.fixture is not None:
         (workspace / FIXTURE_MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
         snapshot(workspace)
@@ -80,6 +92,43 @@ def fixture_manifest(workspace: Path) -> set[str]:
         return set(json.loads((workspace / FIXTURE_MANIFEST).read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return set()
+
+
+def seed_manifest(workspace: Path, fallback: dict[str, str]) -> dict[str, str]:
+    """{path: sha256} of what was seeded; a workspace kept before the manifest existed falls
+    back to the digests of `fallback` (the task's seed files)."""
+    try:
+        data = json.loads((workspace / SEED_MANIFEST).read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return {str(k): str(v) for k, v in data.items()}
+    except (OSError, ValueError):
+        pass
+    return {rel: digest(text) for rel, text in fallback.items()}
+
+
+def _copy_ignore(root: Path):
+    """What a disposable copy leaves out: the harness's own files and the fixture's git data
+    at the top (checks never need them), nothing the agent wrote."""
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        if Path(directory) != root:
+            return []
+        return [n for n in names if n.startswith(HARNESS_PREFIX) or n == ".git"]
+    return ignore
+
+
+@contextlib.contextmanager
+def disposable_copy(workspace: Path, label: str = "check"):
+    """A throwaway copy of a kept workspace, removed on the way out.
+
+    Checks import and run what the agent wrote, and may write themselves (a test archive, a
+    database, an extracted tree): they run here, never in the kept workspace, so scoring the
+    same workspace twice gives the same figures and leaves it byte for byte as it was.
+    Symlinks are copied as links."""
+    root = Path(workspace)
+    with tempfile.TemporaryDirectory(prefix=f"ponybench-{label}-") as tmp:
+        copy = Path(tmp) / root.name
+        shutil.copytree(root, copy, symlinks=True, ignore=_copy_ignore(root))
+        yield copy
 
 
 def fresh(workspace: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ponybench import agent, procs
+from pytest_ponybench import record as records
 from support import proc_watch
 
 FAKE = Path(__file__).resolve().parent / "fakes" / "fake_claude.py"
@@ -204,13 +205,13 @@ def stderr_file(tmp_path, text="") -> Path:
 
 def test_judge_a_finished_run(tmp_path):
     t = agent.Transcript(init=INIT, result=RESULT)
-    assert agent.judge(outcome(0), t, stderr_file(tmp_path), 300) == (agent.STATUS_FINISHED, "")
+    assert agent.judge(outcome(0), t, stderr_file(tmp_path), 300) == (records.FINISHED, "")
 
 
 def test_judge_a_timeout_wins_over_everything(tmp_path):
     t = agent.Transcript(init=INIT, result=RESULT)
     status, error = agent.judge(outcome(timed_out=True), t, stderr_file(tmp_path), 42)
-    assert status == agent.STATUS_TIMEOUT
+    assert status == records.TIMEOUT
     assert "42 s" in error and "killed" in error
 
 
@@ -218,7 +219,7 @@ def test_judge_the_root_refusal_says_what_to_do(tmp_path):
     err = stderr_file(tmp_path, "--dangerously-skip-permissions cannot be used with root/sudo privileges "
                                 "for security reasons\n")
     status, error = agent.judge(outcome(1), agent.Transcript(), err, 300)
-    assert status == agent.STATUS_CLI_ERROR
+    assert status == records.CLI_ERROR
     assert "root" in error and "IS_SANDBOX=1" in error
 
 
@@ -226,27 +227,27 @@ def test_judge_an_error_result(tmp_path):
     t = agent.Transcript(init=INIT, result={**RESULT, "subtype": "error_max_turns", "is_error": True,
                                             "result": "Reached the turn limit"})
     status, error = agent.judge(outcome(0), t, stderr_file(tmp_path), 300)
-    assert status == agent.STATUS_CLI_ERROR
+    assert status == records.CLI_ERROR
     assert "error_max_turns" in error and "Reached the turn limit" in error
 
 
 def test_judge_a_non_zero_exit_before_a_result(tmp_path):
     err = stderr_file(tmp_path, "starting\nSegmentation fault (core dumped)\n")
     status, error = agent.judge(outcome(139), agent.Transcript(init=INIT), err, 300)
-    assert status == agent.STATUS_CLI_ERROR
+    assert status == records.CLI_ERROR
     assert "139" in error and "Segmentation fault (core dumped)" in error
 
 
 def test_judge_garbage_output(tmp_path):
     t = agent.Transcript(garbage=2, first_garbage="this is not json")
     status, error = agent.judge(outcome(0), t, stderr_file(tmp_path), 300)
-    assert status == agent.STATUS_BAD_OUTPUT
+    assert status == records.BAD_OUTPUT
     assert "2 unreadable lines" in error and "this is not json" in error
 
 
 def test_judge_no_result_line(tmp_path):
     status, error = agent.judge(outcome(0), agent.Transcript(init=INIT, events=1), stderr_file(tmp_path), 300)
-    assert status == agent.STATUS_BAD_OUTPUT
+    assert status == records.BAD_OUTPUT
     assert "without printing a result line" in error
 
 

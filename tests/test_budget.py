@@ -113,13 +113,13 @@ def test_the_budget_holds_across_xdist_workers_and_the_estimate_uses_earlier_run
 # Another worker's cell finishes (and records its spend) right after this worker's budget
 # check passed: the budget left for the CLI is then zero.
 RACE_CONFTEST = """\
-from pytest_ponybench import collect, session
+from pytest_ponybench import collect
 
 _check = collect.CellItem.check_budget
 
 def check_then_another_worker_finishes(self, state):
     _check(self, state)
-    session.record_spend(state.run_dir, "a-cell-of-another-worker", 1.0)
+    state.run_dir.record_spend("a-cell-of-another-worker", 1.0)
 
 collect.CellItem.check_budget = check_then_another_worker_finishes
 """

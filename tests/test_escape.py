@@ -62,6 +62,6 @@ def test_confinement_absorbs_only_tmp_paths_it_does_not_bind(tmp_path):
 
 
 def test_budget_figures_read_as_dollars():
-    from pytest_ponybench.session import usd
+    from pytest_ponybench.rundir import usd
 
     assert (usd(2.5), usd(1234.5), usd(0.0039), usd(0)) == ("$2.50", "$1,234.50", "$0.0039", "$0.0000")

@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from pytest_ponybench import agent
+from pytest_ponybench import record as statuses
 from support import proc_watch
 from support.benchproc import (
     ADD_TASK, GOOD_ADD, Session, bench_args, by_cell, calls, fake_env, fake_pids, finished_cells,
@@ -67,7 +68,7 @@ def test_agent_faults_each_get_a_verdict_and_the_run_goes_on_with_no_survivor(tm
 
     # A CLI that hangs with a child: killed with its tree at the cell timeout.
     hung = records[cell(0)]
-    assert hung["status"] == agent.STATUS_TIMEOUT and not hung["passed"]
+    assert hung["status"] == statuses.TIMEOUT and not hung["passed"]
     assert "killed with its process tree" in hung["error"]
     assert "agent never ran properly (timeout)" in done.stdout
     (child,) = fake_pids(run_dir / cell(0))
@@ -80,9 +81,9 @@ def test_agent_faults_each_get_a_verdict_and_the_run_goes_on_with_no_survivor(tm
 
     # A crash and garbage: agent errors that say what happened.
     crash, garbage = records[cell(3)], records[cell(4)]
-    assert crash["status"] == agent.STATUS_CLI_ERROR and "exited with code 139" in crash["error"]
+    assert crash["status"] == statuses.CLI_ERROR and "exited with code 139" in crash["error"]
     assert "Segmentation fault (pretend)" in crash["error"]
-    assert garbage["status"] == agent.STATUS_BAD_OUTPUT and "not stream-json" in garbage["error"]
+    assert garbage["status"] == statuses.BAD_OUTPUT and "not stream-json" in garbage["error"]
     assert not crash["passed"] and not garbage["passed"]
 
     # Writes beside the workspace: a property (results and JUnit) and the failure message.
@@ -130,7 +131,7 @@ def test_a_flood_of_hundreds_of_megabytes_keeps_memory_and_the_transcript_bounde
     assert head.startswith(b"[ponybench: ") and f"-byte output".encode() in head
     assert f"{flood_mb * 1024 * 1024}-byte output".encode() in head
     (record,) = results(only_run_dir(root))
-    assert record["status"] == agent.STATUS_BAD_OUTPUT and "not stream-json" in record["error"]
+    assert record["status"] == statuses.BAD_OUTPUT and "not stream-json" in record["error"]
 
 
 # --- checks that hit hostile agent code --------------------------------------------------

@@ -165,11 +165,23 @@ def test_diff_stats_count_the_agent_s_added_lines(fixture_ws):
         "_ponybench.transcript.jsonl": "{}\n",  # harness file, excluded from the snapshot
     })
     (ws / "app/old.py").write_text("a = 1\n")  # only deletions: adds no line, but is a changed file (seed)
+    before = tree_bytes(ws)
     stats = metrics.diff_stats(ws)
     assert stats == {"files": 3, "src_files": 3, "total_loc": 3 + 4 + 0, "src_loc": 3 + 4 + 0,
-                     "test_files": 1, "test_loc": 2}
-    # the index is left as the snapshot had it
-    assert metrics.git(ws, "diff", "--cached", "--name-only").stdout == ""
+                     "test_files": 1, "test_loc": 2, "delivered": True}
+    # Reading the diff wrote nothing: no index refresh, no new object under .git.
+    assert tree_bytes(ws) == before
+    assert metrics.diff_stats(ws) == stats
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_fixture_file_only_shortened_is_a_delivery_with_no_lines(fixture_ws):
+    (fixture_ws / "app/old.py").write_text("a = 1\n")
+    stats = metrics.diff_stats(fixture_ws)
+    assert stats["delivered"] is True and stats["total_loc"] == 0
 
 
 def test_diff_stats_read_renamed_and_unusually_named_files(fixture_ws):
@@ -187,7 +199,7 @@ def test_diff_stats_read_renamed_and_unusually_named_files(fixture_ws):
                'say "hi".py': "print(1)\n"})  # and this one: 1 line
     stats = metrics.diff_stats(ws)
     assert stats == {"files": 3, "src_files": 3, "total_loc": 2 + 2 + 1, "src_loc": 5,
-                     "test_files": 1, "test_loc": 1}
+                     "test_files": 1, "test_loc": 1, "delivered": True}
 
 
 def test_diff_stats_of_an_untouched_fixture_are_zero(fixture_ws):
@@ -196,7 +208,7 @@ def test_diff_stats_of_an_untouched_fixture_are_zero(fixture_ws):
 
 def test_cell_stats_of_a_fixture_task_use_the_diff_not_the_files(fixture_ws):
     write(fixture_ws, {"app/extra.py": "x = 1\n"})
-    stats = metrics.cell_stats(fixture_ws, "fixture", workspace.fixture_manifest(fixture_ws), "```py\na=1\n```")
+    stats = metrics.cell_stats(fixture_ws, "fixture", workspace.fixture_manifest(fixture_ws), {}, "```py\na=1\n```")
     assert stats["total_loc"] == 1 and stats["files"] == 1  # not the 4 seeded code files
 
 
@@ -228,21 +240,48 @@ def test_answer_code_loc_counts_fenced_blocks():
 
 
 def test_open_task_without_files_falls_back_to_the_answer(tmp_path):
-    stats = metrics.cell_stats(tmp_path, "open", set(), ANSWER)
-    assert stats == {"files": 0, "src_files": 1, "total_loc": 5, "src_loc": 3, "test_files": 0, "test_loc": 0}
+    stats = metrics.cell_stats(tmp_path, "open", set(), {}, ANSWER)
+    assert stats == {"files": 0, "src_files": 1, "total_loc": 5, "src_loc": 3, "test_files": 0, "test_loc": 0,
+                     "delivered": True}
 
 
 def test_open_task_with_a_file_ignores_the_answer(tmp_path):
     write(tmp_path, {"solution.py": "a = 1\nb = 2\n"})
-    stats = metrics.cell_stats(tmp_path, "open", set(), ANSWER)
+    stats = metrics.cell_stats(tmp_path, "open", set(), {}, ANSWER)
     assert stats["total_loc"] == 2 and stats["src_files"] == 1
 
 
 def test_open_task_keeps_a_self_check_as_source(tmp_path):
     write(tmp_path, {"solution.py": "a = 1\nif __name__ == '__main__':\n    print(a)\n"})
-    assert metrics.cell_stats(tmp_path, "open", set(), None)["total_loc"] == 3
+    assert metrics.cell_stats(tmp_path, "open", set(), {}, None)["total_loc"] == 3
 
 
 def test_surgical_task_never_counts_the_answer(tmp_path):
-    stats = metrics.cell_stats(tmp_path, "surgical", set(), ANSWER)
+    stats = metrics.cell_stats(tmp_path, "surgical", set(), {}, ANSWER)
     assert stats == metrics.EMPTY
+
+
+STUB = "def f():\n    raise NotImplementedError\n"
+
+
+def test_an_untouched_seed_stub_is_no_delivery_though_its_lines_count(tmp_path):
+    task = TaskSpec(name="stub", path=tmp_path / "stub.yaml", prompt="p", seed={"f.py": STUB})
+    ws = tmp_path / "ws"
+    workspace.seed(task, ws)
+    seeded = workspace.seed_manifest(ws, {})
+    stats = metrics.cell_stats(ws, "surgical", set(), seeded, None)
+    assert stats["total_loc"] == 2 and stats["delivered"] is False  # LOC keeps the seed's definition
+    (ws / "f.py").write_text("def f():\n    return 1\n")
+    assert metrics.cell_stats(ws, "surgical", set(), seeded, None)["delivered"] is True
+
+
+def test_a_new_file_beside_an_untouched_stub_is_a_delivery(tmp_path):
+    write(tmp_path, {"f.py": STUB, "helper.py": "X = 1\n"})
+    seeded = {"f.py": workspace.digest(STUB)}
+    assert metrics.cell_stats(tmp_path, "surgical", set(), seeded, None)["delivered"] is True
+
+
+def test_a_workspace_kept_before_the_seed_manifest_falls_back_to_the_task_seed(tmp_path):
+    write(tmp_path, {"f.py": STUB})
+    seeded = workspace.seed_manifest(tmp_path, {"f.py": STUB})
+    assert metrics.cell_stats(tmp_path, "surgical", set(), seeded, None)["delivered"] is False

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from pytest_ponybench import agent, cell, instruments, summary, workspace
+from pytest_ponybench import record as records
 from pytest_ponybench.spec import ArmSpec, load_task
 from support import ponyproject as pp
 from support import proc_watch
@@ -216,23 +217,29 @@ def test_summary_json_rows(main_runs):
     assert sorted(rows) == sorted((t, a, "haiku") for t in TASKS for a in ARMS)
     finished = rows[("add", "brief", "haiku")]
     assert finished == {
-        "task": "add", "arm": "brief", "model": "haiku", "n": 1, "safe_rate": 1.0, "correct_rate": 1.0,
+        "task": "add", "arm": "brief", "model": "haiku", "n": 1, "cells": 1, "left_out": {},
+        "safe_rate": 1.0, "correct_rate": 1.0,
         "wrote_file_rate": 1.0, "total_loc_median": 5, "total_loc_max": 5, "src_loc_median": 4,
         "src_files_median": 2, "wrote_tests_rate": 1.0, "cost_mean": 0.0123, "out_tokens_mean": 20,
         "total_tokens_mean": 132, "time_s_mean": 1.5,
     }
+    # The ghost arm's plugin was never found: its cell is left out of every rate, and says why.
     ghost = rows[("add", "ghost", "haiku")]
-    assert (ghost["n"], ghost["correct_rate"], ghost["safe_rate"], ghost["wrote_file_rate"]) == (1, 0.0, 0.0, 0.0)
-    assert ghost["total_loc_median"] == 0 and ghost["cost_mean"] is None
+    assert (ghost["n"], ghost["cells"], ghost["left_out"]) == (0, 1, {"not_run": 1})
+    assert (ghost["correct_rate"], ghost["safe_rate"], ghost["wrote_file_rate"]) == (None, None, None)
+    assert ghost["total_loc_median"] is None and ghost["cost_mean"] is None
+    assert data["measured"] + sum(data["left_out"].values()) == data["cells"]
 
 
 def test_the_terminal_summary_table(main_runs):
     out = main_runs["n0"].stdout
     assert re.search(r"=+ ponybench summary =+", out)
-    assert re.search(r"^add  \(haiku\)$", out, re.M) and re.search(r"^mul  \(haiku\)$", out, re.M)
-    assert re.search(r"^\s+arm\s+n\s+wrote%\s+correct\s+safe\s+LOC\s+tokens\s+\$/run\s+time_s$", out, re.M)
-    assert re.search(r"^\s+brief\s+1\s+1\.0\s+1\.0\s+1\.0\s+5\s+132\s+\$0\.0123\s+1\.5$", out, re.M), out
-    assert re.search(r"^\s+ghost\s+1\s+0\.0\s+0\.0\s+0\.0\s+0\s+-\s+-\s+-$", out, re.M), out
+    assert re.search(r"^add · haiku$", out, re.M) and re.search(r"^mul · haiku$", out, re.M)
+    assert re.search(r"^\s+arm\s+n\s+correct\s+safe\s+wrote code\s+LOC median\s+tokens\s+cost/cell$", out, re.M)
+    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+1/1 \(100%\)\s+1/1 \(100%\)\s+5\s+132\s+\$0\.012$", out, re.M), out
+    # Left out, as in summary.md and report.html: no rate, and the reason under the table.
+    assert re.search(r"^\s+ghost\s+0 \(\+1\)\s+-\s+-\s+-\s+-\s+-\s+-$", out, re.M), out
+    assert re.search(r"^\s+Left out of every rate .*ghost: \+1 left out: 1 not_run", out, re.M), out
     assert f"ran {len(cells_of_main_project())} cells; kept in {main_runs['n0'].run_dir}" in out
 
 
@@ -422,7 +429,7 @@ def test_under_xdist_an_escape_is_blamed_on_the_escaping_cell_only(project, pyte
 
 # --- scoring a cell whose agent never ran properly ---------------------------------------------------
 
-@pytest.mark.parametrize("status", [agent.STATUS_WRONG_ARM, agent.STATUS_TIMEOUT, agent.STATUS_BAD_OUTPUT])
+@pytest.mark.parametrize("status", [records.WRONG_ARM, records.TIMEOUT, records.BAD_OUTPUT])
 def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
     task_path = tmp_path / "add.yaml"
     task_path.write_text(yaml.safe_dump(pp.ADD_TASK))
@@ -436,7 +443,10 @@ def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
     assert record["ran"] is False and record["passed"] is False
     assert (record["correct"], record["safe"]) == (0, 0)
     rows = summary.aggregate([record])
-    assert rows[0]["correct_rate"] == 0.0 and rows[0]["safe_rate"] == 0.0
+    if status in records.MEASURED:  # the agent's own failure under its arm: it counts, as a fail
+        assert rows[0]["correct_rate"] == 0.0 and rows[0]["safe_rate"] == 0.0
+    else:  # the arm never applied: no rate at all, and the row says why
+        assert rows[0]["correct_rate"] is None and rows[0]["left_out"] == {status: 1}
 
 
 def test_collect_only_lists_cells_without_the_gate_or_a_run_directory(project, pytester):

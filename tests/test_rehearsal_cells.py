@@ -50,23 +50,23 @@ def test_prove_ignores_another_arms_text_that_is_part_of_our_own(monkeypatch):
     arms = {a.name: a for a in (spec.ArmSpec("yagni", None, prompt="Follow YAGNI principles."),
                                 spec.ArmSpec("yagni-oneliner", None,
                                              prompt="Follow YAGNI principles, and prefer one-liner solutions."))}
-    run = rehearsal.Rehearsal(arms, REPO / "arms")
+    run = rehearsal.RehearsalPlugin(None, arms, REPO / "arms")
     one = cell.Cell(task("upload_path"), arms["yagni-oneliner"], "haiku", "claude-haiku-4-5-20251001", 0)
     # The server records what the CLI sent; here the test says what it sent.
     sent = [_request("You are Claude Code.\n\n" + cell.append_text(one.arm), "task")]
     monkeypatch.setattr(run.model, "requests", lambda key: sent)
-    assert run.prove(one) is None
+    assert run.pytest_ponybench_prove_arm(one, None, None) == ""
     other = cell.Cell(one.task, arms["yagni"], "haiku", "claude-haiku-4-5-20251001", 0)
     sent[:] = [_request("You are Claude Code.\n\n" + cell.append_text(other.arm),
                         "Follow YAGNI principles, and prefer one-liner solutions.")]
-    reason = run.prove(other)
-    assert reason is not None and "Foreign text" in reason
+    reason = run.pytest_ponybench_prove_arm(other, None, None)
+    assert "Foreign text" in reason
 
 
 def test_a_plugin_arm_with_nothing_to_prove_is_not_proven(tmp_path):
     empty = tmp_path / "empty-plugin"
     (empty / ".claude-plugin").mkdir(parents=True)
     arm = spec.ArmSpec("empty", None, plugin=str(empty))
-    run = rehearsal.Rehearsal({"empty": arm}, tmp_path)
+    run = rehearsal.RehearsalPlugin(None, {"empty": arm}, tmp_path)
     one = cell.Cell(task("upload_path"), arm, "haiku", "claude-haiku-4-5-20251001", 0)
-    assert "nothing that can prove it" in run.prove(one)
+    assert "nothing that can prove it" in run.pytest_ponybench_prove_arm(one, None, None)

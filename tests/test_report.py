@@ -79,13 +79,14 @@ def test_markdown_tables(tmp_path):
     assert "25 cells;" in md and "total cost $2.400" in md  # 24 cells x $0.10, one None
 
     header, rows = table_rows(md, "t1 · haiku")
-    assert header == ["arm", "n", "ran", "correct", "safe", "LOC median", "cost/cell"]
+    assert header == ["arm", "n", "correct", "safe", "wrote code", "LOC median", "tokens", "cost/cell"]
     assert rows == [
-        ["baseline (reference)", "4", "4", "0/4 (0%)", "4/4 (100%)", "110", "$0.100"],
-        ["terse", "4", "4", "4/4 (100%)", "4/4 (100%)", "55", "$0.100"],
+        ["baseline (reference)", "4", "0/4 (0%)", "4/4 (100%)", "4/4 (100%)", "110", "-", "$0.100"],
+        ["terse", "4", "4/4 (100%)", "4/4 (100%)", "4/4 (100%)", "55", "-", "$0.100"],
     ]
+    # A CLI error is the agent's failure under its arm: measured, and it failed.
     _, rows = table_rows(md, "t4 · haiku")
-    assert rows == [["terse", "1", "0", "0/1 (0%)", "0/1 (0%)", "- (0 with code)", "-"]]
+    assert rows == [["terse", "1", "0/1 (0%)", "0/1 (0%)", "0/1 (0%)", "-", "-", "-"]]
 
     header, rows = table_rows(md, "Arms against `baseline`, per task")
     assert header[4:9] == ["correct Δ [95% CI]", "p (Holm)", "safe Δ [95% CI]", "p (Holm)",
@@ -148,7 +149,7 @@ def test_html_without_matplotlib(tmp_path, monkeypatch):
     run_dir, records = make_run(tmp_path)
     report.write_reports(run_dir, records)
     page = (run_dir / "report.html").read_text()
-    assert "Plots need matplotlib: pip install pytest-ponybench[report]" in page
+    assert "Plots need matplotlib: pip install matplotlib" in page
     assert "<img" not in page
     assert 'id="comparisons"' in page and 'id="cells"' in page
 
@@ -170,7 +171,32 @@ def chromium():
     pytest.skip(message)
 
 
+# The test's own probe, put into a copy of the page (report.html carries no script): JS errors
+# on <html data-js-errors>, and once loaded, data-report-ready and the number of images that
+# failed to decode.
+PROBE = """<script>
+window.ponybenchErrors = [];
+window.addEventListener("error", function (event) {
+  window.ponybenchErrors.push(String(event.message));
+  document.documentElement.setAttribute("data-js-errors", String(window.ponybenchErrors.length));
+});
+window.addEventListener("load", function () {
+  var broken = 0;
+  document.querySelectorAll("img").forEach(function (img) {
+    if (!img.complete || img.naturalWidth === 0) { broken += 1; }
+  });
+  document.documentElement.setAttribute("data-broken-images", String(broken));
+  document.documentElement.setAttribute("data-report-ready", "yes");
+});
+</script>"""
+
+
 def dump_dom(chromium, page, tmp_path):
+    text = page.read_text(encoding="utf-8")
+    assert "<script" not in text.split("</head>")[0], "report.html must carry no script of its own"
+    probed = page.with_name("probed-" + page.name)  # beside it: the relative links still resolve
+    probed.write_text(text.replace("</head>", PROBE + "</head>", 1), encoding="utf-8")
+    page = probed
     result = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--no-first-run",
@@ -237,7 +263,7 @@ def test_report_html_without_matplotlib_in_chromium(tmp_path, chromium, monkeypa
     report.write_reports(run_dir, records)
     dom = dump_dom(chromium, run_dir / "report.html", tmp_path)
     assert 'data-report-ready="yes"' in html_tag(dom) and "data-js-errors" not in html_tag(dom)
-    assert 'id="plots-missing"' in dom and "pip install pytest-ponybench[report]" in dom
+    assert 'id="plots-missing"' in dom and "pip install matplotlib" in dom
     assert '<table id="comparisons">' in dom
 
 

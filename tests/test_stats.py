@@ -277,8 +277,8 @@ def test_consistency_counts_tasks_by_agreement():
     records = (cells("all_pass", "arm", [(1, 1)] * 3) + cells("mixed", "arm", [(1, 1), (1, 0), (1, 1)])
                + cells("all_fail", "arm", [(0, 1)] * 3) + cells("single", "arm", [(1, 1)]))
     # `passed` missing: falls back to correct and safe
-    records.append({"task": "mixed2", "arm": "arm", "model": "haiku", "correct": 1, "safe": 1})
-    records.append({"task": "mixed2", "arm": "arm", "model": "haiku", "correct": 0, "safe": 1})
+    records.append({"task": "mixed2", "arm": "arm", "model": "haiku", "correct": 1, "safe": 1, "status": "finished"})
+    records.append({"task": "mixed2", "arm": "arm", "model": "haiku", "correct": 0, "safe": 1, "status": "finished"})
     # never measured: ignored
     records.append(record("all_pass", "arm", 0, 0, status="wrong_arm", passed=False))
     (row,) = stats.consistency(records)

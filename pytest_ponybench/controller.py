@@ -1,0 +1,327 @@
+"""The controller: the gate before any cell, and the gathering of every cell's record.
+
+Registered only in the process that controls the session (the one process without xdist, the
+xdist controller with it; see xdist's own `dsession.py`). It validates every task and arm
+file and proves the instruments before any worker starts, owns the run directory, replays
+every worker's report through `pytest_runtest_logreport` (so results are written once, in one
+process), and writes summary.json and the reports at the end.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import signal
+
+import pytest
+
+from . import agent, instruments, record as records, summary
+from .rundir import NotARunDir, RunDir, cost_history, usd, write_atomic
+from .spec import SpecError, load_task
+
+BUDGET_REACHED = "budget reached"
+
+
+class Gathering:
+    """The records of this session, appended to the run's results file as they arrive.
+
+    A resume or rescore writes beside the old results (`results.jsonl.resume`/`.rescore`) and
+    merges at the end: interrupted, it loses nothing, and every workspace keeps its own result
+    anyway. `mode` is "run", "resume" or "rescore"."""
+
+    def __init__(self, run_dir: RunDir, mode: str = "run"):
+        self.run_dir = run_dir
+        self.mode = mode
+        self.records: list[dict] = []
+        self.budget_skipped = 0
+        self.results_path = run_dir.results_path if mode == "run" else \
+            run_dir.results_path.with_name(f"{run_dir.results_path.name}.{mode}")
+        if self.results_path.exists() and mode != "run":
+            self.results_path.unlink()
+        self.started = datetime.datetime.now().isoformat(timespec="seconds")
+
+    def add(self, record: dict) -> None:
+        self.records.append(record)
+        line = json.dumps(record, sort_keys=True) + "\n"
+        # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            with open(self.results_path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def all_records(self) -> list[dict]:
+        """This session's records, plus earlier ones of cells it did not report (a resume or
+        rescore narrowed with -k keeps the rest of the run)."""
+        if self.mode == "run":
+            return list(self.records)
+        mine = {r["cell"] for r in self.records}
+        return [r for r in self.run_dir.read_results() if r.get("cell") not in mine] + self.records
+
+    def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool,
+               reference: str, plots: bool = True) -> list:
+        """Write summary.json, then the reports. Results are on disk already, line by line."""
+        every = self.all_records()
+        if self.mode != "run":
+            write_atomic(self.run_dir.results_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in every))
+            self.results_path.unlink(missing_ok=True)
+        versions = sorted({r.get("claude_version") for r in every if r.get("claude_version")})
+        data = {
+            "date": self.started,
+            "mode": self.mode,
+            # A rehearsal's figures come from a scripted model: say so wherever they travel.
+            "rehearsal": rehearsal or any(r.get("rehearsal") for r in every),
+            "models": {m: model_ids.get(m, m) for m in sorted({r["model"] for r in every})},
+            "claude_version": claude_version or ", ".join(versions),
+            "cells": len(every),
+            "measured": sum(1 for r in every if records.is_measured(r)),
+            "left_out": records.left_out(every),
+            "budget_skipped": self.budget_skipped,
+            "spent_usd": round(self.run_dir.spent(), 6),
+            "reference": reference,
+            "statuses": {"measured": sorted(records.MEASURED), "never_ran": sorted(records.NEVER_RAN),
+                         "infra": sorted(records.INFRA)},
+            "rows": summary.aggregate(every),
+        }
+        write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
+        from . import report  # numpy and scipy: only when a report is written, never when pytest loads the plugin
+
+        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference)
+
+
+def run_options(state, tasks: list) -> dict:
+    """What a run is made of, stored in run.json: a resume must make the same kind of cells."""
+    s = state.settings
+    return {
+        "tasks": sorted(t.name for t in tasks),
+        "arms": [a.name for a in state.selected_arms()],
+        "models": {m: state.model_ids.get(m, m) for m in s.models},
+        "runs": s.runs,
+        "rehearsal": s.rehearse,
+        "rehearse_ref": s.rehearse_ref if s.rehearse else None,
+        "timeout": s.timeout,
+    }
+
+
+def option_differences(stored: dict, wanted: dict) -> list[str]:
+    return [f"{key}: the run has {stored.get(key)!r}, this resume {wanted.get(key)!r}"
+            for key in sorted(set(stored) | set(wanted)) if stored.get(key) != wanted.get(key)]
+
+
+class Controller:
+    """pytest hooks of the controlling process only."""
+
+    def __init__(self, state, config):
+        self.state = state
+        self.config = config
+        self.gathering: Gathering | None = None
+        self.announced = False
+        self.written: list = []
+
+    # ---------------------------------------------------------------- the gate
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        """Before any worker starts: every task file valid, a usable CLI and proven
+        instruments, or no cell runs at all."""
+        state, config = self.state, self.config
+        if config.option.collectonly:  # --co only lists cells: no gate, no run directory
+            return
+        tasks = self.validated_tasks()
+        if state.settings.rescore is not None:
+            self.gathering = Gathering(state.run_dir, mode="rescore")
+            return
+        try:
+            state.claude = agent.find_claude(state.settings.claude, config.rootpath)
+            state.claude_version = agent.claude_version(state.claude)
+        except agent.CliMissing as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if not state.settings.rehearse:
+            problem = agent.real_run_problem()
+            if problem:
+                raise pytest.UsageError(problem)
+        broken = instruments.prove_all(tasks)
+        if broken:
+            raise pytest.UsageError("instruments broken; refusing to spend:\n  " + "\n  ".join(broken)
+                                    + "\nrun `pytest -m selftest` to see each instrument")
+        if state.settings.confine and shutil.which("bwrap") is None:
+            raise pytest.UsageError("--ponybench-confine needs bubblewrap: apt-get install bubblewrap")
+        # Only a run that passed the gate gets a directory; a resume continues its own.
+        options = run_options(state, tasks)
+        if state.settings.resume is not None:
+            state.run_dir = self.open_run(state.settings.resume, "--ponybench-resume")
+            stored = state.run_dir.read_options()
+            if stored is not None and option_differences(stored, options):
+                raise pytest.UsageError(
+                    f"--ponybench-resume={state.run_dir.path}: this run was made with other options; "
+                    f"resume it with the same ones, or start a new run:\n  "
+                    + "\n  ".join(option_differences(stored, options)))
+            self.gathering = Gathering(state.run_dir, mode="resume")
+        else:
+            state.run_dir = RunDir.create(state.settings.dir)
+            self.gathering = Gathering(state.run_dir)
+        state.run_dir.write_options(options)
+
+    @staticmethod
+    def open_run(path, flag: str) -> RunDir:
+        try:
+            return RunDir.open(path, flag)
+        except NotARunDir as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def validated_tasks(self) -> list:
+        """Every task file, validated here on the controller: under xdist a broken file is
+        only a collection error in each worker while the other cells run (and spend), so one
+        broken file stops the run before its first cell. --continue-on-collection-errors
+        still runs the valid ones."""
+        tasks, broken = [], []
+        for path in sorted(self.state.settings.tasks_dir.glob("*.y*ml")):
+            try:
+                tasks.append(load_task(path, self.state.settings.fixtures_dir))
+            except SpecError as exc:
+                broken.append(str(exc))
+        if broken and not self.config.option.continue_on_collection_errors:
+            raise pytest.UsageError("invalid task files; no cell was started:\n  " + "\n  ".join(broken)
+                                    + "\nfix them, or pass --continue-on-collection-errors to run the valid ones")
+        return tasks
+
+    # ---------------------------------------------------------------- xdist
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        """Hand the run directory and the CLI to every worker."""
+        node.workerinput["ponybench_run_dir"] = str(self.state.run_dir.path)
+        node.workerinput["ponybench_claude"] = self.state.claude
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.announce([identity_from_nodeid(i) for i in ids])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        """A worker died while running this cell: record that it never finished."""
+        ident = identity_from_nodeid(crashitem)
+        if ident is not None and self.gathering is not None:
+            self.gathering.add(never_ran_record(ident, "the xdist worker running this cell crashed"))
+
+    # ---------------------------------------------------------------- gathering
+
+    def pytest_collection_finish(self, session):
+        from .collect import CellItem
+
+        if not hasattr(session.config, "workerinput"):
+            self.announce([i.identity for i in session.items if isinstance(i, CellItem)])
+
+    def announce(self, cells: list) -> None:
+        """Before the first cell: how many cells, and what they may cost going by earlier runs."""
+        cells = [c for c in cells if c is not None]
+        if self.announced or not cells or self.gathering is None or self.gathering.mode == "rescore":
+            return
+        self.announced = True
+        run_dir, settings = self.state.run_dir, self.state.settings
+        history = cost_history(settings.dir, run_dir.path, settings.rehearse)
+        known = [history[(c["task"], c["model"])] for c in cells if (c["task"], c["model"]) in history]
+        line = f"ponybench: {len(cells)} cells in {run_dir.path}"
+        if known:
+            estimate = sum(known) / len(known) * len(cells)
+            line += (f"; estimated cost {usd(estimate)} from earlier runs of these tasks and models"
+                     f" ({len(cells) - len(known)} of {len(cells)} cells have no history)")
+        else:
+            line += "; no earlier run of these tasks and models to estimate the cost from"
+        if settings.max_cost is not None:
+            line += f"; budget {usd(settings.max_cost)} ({usd(run_dir.spent())} spent so far)"
+        self.write(line)
+
+    def write(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            if reporter._tw.width_of_current_line:  # after progress dots: start a line of our own
+                reporter.write("\n")
+            reporter.write_line(line)
+
+    def pytest_runtest_logreport(self, report):
+        """Every report, the controller's own or a worker's replayed: gather here, once."""
+        if self.gathering is None:
+            return
+        props = dict(report.user_properties)
+        if report.when == "call" and "cell" in props:
+            self.gathering.add(props)
+            if not props.get("reused") and self.gathering.mode != "rescore":
+                cost = props.get("cost_usd")
+                self.write(f"ponybench: {props['cell']} {props.get('status')}"
+                           f"{'' if cost is None else ' ' + usd(cost)}; "
+                           f"{usd(self.state.run_dir.spent())} spent so far")
+        elif report.skipped and BUDGET_REACHED in str(report.longrepr):
+            self.gathering.budget_skipped += 1
+
+    # ---------------------------------------------------------------- the end
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.gathering is not None:
+            s = self.state
+            self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
+                                                 reference=s.settings.reference)
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        if self.gathering is None:
+            return
+        tr, state = terminalreporter, self.state
+        every = self.gathering.all_records()
+        tr.write_sep("=", "ponybench summary")
+        for line in summary.table_lines(every, state.settings.reference):
+            tr.write_line(line)
+        verb = "rescored" if self.gathering.mode == "rescore" else "ran"
+        tr.write_line(f"{verb} {len(self.gathering.records)} cells; kept in {state.run_dir.path}")
+        if self.written:
+            tr.write_line("wrote " + ", ".join(p.name for p in self.written))
+        if self.gathering.budget_skipped:
+            tr.write_line(f"{self.gathering.budget_skipped} cells skipped: {BUDGET_REACHED} "
+                          f"({usd(state.run_dir.spent())} of {usd(state.settings.max_cost)}); "
+                          f"finish them later with --ponybench-resume={state.run_dir.path}", yellow=True)
+        if state.settings.rehearse:
+            for line in arm_proof_lines(every):
+                tr.write_line(line)
+            tr.write_line("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
+                          "cost, tokens, LOC and rates above say nothing about any real model.",
+                          yellow=True, bold=True)
+
+
+def arm_proof_lines(every: list[dict]) -> list[str]:
+    """One line per arm: did its text reach the (scripted) model in every cell that ran?"""
+    lines = []
+    for arm in sorted({r["arm"] for r in every}):
+        cells = [r for r in every if r["arm"] == arm]
+        unproven = [r for r in cells if r.get("status") == records.ARM_UNPROVEN]
+        checked = [r for r in cells if r.get("status") in (records.FINISHED, records.ARM_UNPROVEN)]
+        if unproven:
+            lines.append(f"arm {arm}: NOT proven in {len(unproven)} of {len(cells)} cells: {unproven[0]['error']}")
+        elif checked:
+            lines.append(f"arm {arm}: proven ({len(checked)} of {len(cells)} cells reached the model with this arm only)")
+        else:
+            lines.append(f"arm {arm}: not proven (no cell of this arm finished)")
+    return lines
+
+
+def identity_from_nodeid(nodeid: str) -> dict | None:
+    """A cell's identity from its pytest node id (`<task>__<arm>__<model>__<run>`), for
+    reports that come without a record (a crashed worker, xdist's collection list)."""
+    name = nodeid.rsplit("::", 1)[-1]
+    parts = name.split("__")
+    if len(parts) != 4 or not parts[3].isdigit():
+        return None
+    task, arm, model, run = parts
+    return {"cell": name, "task": task, "arm": arm, "model": model, "model_id": model, "run": int(run),
+            "kind": "", "spec_hash": ""}
+
+
+def never_ran_record(identity: dict, error: str) -> dict:
+    """The record of a cell that produced none of its own (interrupted, or its worker died)."""
+    record = dict(identity)
+    record.update(status=records.INTERRUPTED, ran=False, passed=False, correct=0, safe=0, error=error,
+                  failure=f"agent never ran properly ({records.INTERRUPTED}): {error}",
+                  correct_reason="not scored", safe_reason="not scored")
+    return record

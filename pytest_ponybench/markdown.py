@@ -1,0 +1,42 @@
+"""summary.md: the tables as Markdown, to paste into a README or a pull request."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .stats import ArmStats
+from .tables import HOW_TO_READ, Table, cell_tables, comparison_table, consistency_table, header_lines, pooled_table
+
+
+def md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(table: Table) -> str:
+    lines = [f"{'#' * table.level} {table.title}", ""]
+    if table.rows:
+        lines.append("| " + " | ".join(md_escape(h) for h in table.headers) + " |")
+        lines.append("|" + "|".join("---:" if i in table.numeric else "---"
+                                    for i in range(len(table.headers))) + "|")
+        lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in table.rows]
+    else:
+        lines.append("_(none)_")
+    if table.notes:
+        lines.append("")
+        lines += [f"- {note}" for note in table.notes]
+    return "\n".join(lines) + "\n"
+
+
+def build_markdown(run_dir: Path, records: Sequence[dict], reference: str,
+                   arm_stats: ArmStats) -> str:
+    parts = [f"# ponybench: {run_dir.name}\n", "\n".join(header_lines(records, reference)) + "\n",
+             "## Results per task x model\n"]
+    parts += [markdown_table(t) for t in cell_tables(records, reference)]
+    if arm_stats.note:
+        parts.append(f"## Arms against `{reference}`\n\n{arm_stats.note}.\n")
+    else:
+        parts += [markdown_table(comparison_table(arm_stats)),
+                  markdown_table(pooled_table(arm_stats))]
+    parts.append(markdown_table(consistency_table(arm_stats)))
+    parts.append(f"## How to read\n\n{HOW_TO_READ}\n")
+    return "\n".join(parts)

@@ -1,0 +1,217 @@
+"""The cell record, and which cells count: one definition every output reads.
+
+A record is one flat dict of JSON-safe values (str, int, float, bool or None): it travels
+from an xdist worker to the controller as the item's `user_properties`, lands in `--junitxml`
+as `<property>` elements and is one line of `results.jsonl`. Its fields are `FIELDS` below
+(docs/architecture.md explains each).
+
+Statuses fall in three sets, and every output (the terminal table, summary.json, summary.md,
+report.html, ponybench-compare) counts cells through the helpers here, so one run never gives
+two answers:
+
+- `MEASURED`: the arm was applied and the agent ran; whatever happened is the agent's doing
+  under that arm (a timeout or a CLI error counts as a failed run). Counted in every rate.
+- `NEVER_RAN`: the arm was never (provably) applied or the cell was cut short by the harness
+  (its plugin not found, another arm's plugin loaded, the arm's text never reached the model,
+  an interrupt or a crashed worker). Such a cell says nothing about the arm: left out of every
+  rate and counted apart.
+- `INFRA`: the session failed for reasons outside the agent (the model API). Left out of
+  every rate and counted apart.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+FINISHED = "finished"
+TIMEOUT = "timeout"
+CLI_ERROR = "cli_error"
+BAD_OUTPUT = "bad_output"
+WRONG_ARM = "wrong_arm"
+ARM_UNPROVEN = "arm_unproven"
+NOT_RUN = "not_run"
+INTERRUPTED = "interrupted"
+INFRA_ERROR = "infra_error"
+
+MEASURED = frozenset({FINISHED, TIMEOUT, CLI_ERROR, BAD_OUTPUT})
+NEVER_RAN = frozenset({NOT_RUN, WRONG_ARM, ARM_UNPROVEN, INTERRUPTED})
+INFRA = frozenset({INFRA_ERROR})
+STATUSES = MEASURED | NEVER_RAN | INFRA
+
+AXES = ("correct", "safe")
+
+_num = (int, float, type(None))
+_int = (int, type(None))
+_str = (str,)
+_bool = (bool,)
+
+# Every field of a record and the types its value may have. A record of a cell that never
+# produced its own (interrupted, its worker crashed) has the identity fields and the verdicts.
+FIELDS: dict[str, tuple[type, ...]] = {
+    # identity
+    "cell": _str, "spec_hash": _str, "task": _str, "arm": _str, "model": _str, "model_id": _str,
+    "run": (int,), "kind": _str,
+    # how the agent run ended
+    "status": _str, "ran": _bool, "error": _str, "rehearsal": _bool, "reused": _bool,
+    "escaped": _str, "workspace": _str,
+    # verdicts
+    "correct": (int,), "safe": (int,), "correct_reason": _str, "safe_reason": _str,
+    "passed": _bool, "failure": _str,
+    # what the agent delivered (metrics.py)
+    "delivered": _bool, "files": (int,), "src_files": (int,), "total_loc": (int,),
+    "src_loc": (int,), "test_files": (int,), "test_loc": (int,),
+    # usage (agent.usage_metrics)
+    "cost_usd": _num, "duration_ms": _int, "turns": _int, "denials": _int,
+    "in_tokens": _int, "out_tokens": _int, "cache_tokens": _int, "total_tokens": _int,
+    "served_model": _str, "claude_version": _str, "plugins": _str, "tools": _str,
+}
+
+
+def problems(record: dict) -> list[str]:
+    """What is wrong with a record's shape (unknown status, a value of the wrong type, a value
+    that is not JSON-safe); empty when it is well formed. Fields added by other plugins through
+    `pytest_ponybench_cell_record` are allowed when their values are JSON-safe scalars."""
+    found = []
+    status = record.get("status")
+    if status not in STATUSES:
+        found.append(f"status {status!r} is not one of {', '.join(sorted(STATUSES))}")
+    for key, value in record.items():
+        allowed = FIELDS.get(key, (str, int, float, bool, type(None)))
+        # bool is an int to isinstance(); a flag where a number belongs is still wrong.
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed
+                                              and key in FIELDS):
+            found.append(f"{key}={value!r} is not {' or '.join(t.__name__ for t in allowed)}")
+    return found
+
+
+# --------------------------------------------------------------------------- which cells count
+
+
+def name_of(record: dict, key: str) -> str:
+    """A task, arm or model name; a record without one (a broken line) groups under '?'."""
+    value = record.get(key)
+    return "?" if value is None or value == "" else str(value)
+
+
+def group_by(records: Iterable[dict], *keys: str) -> dict[tuple[str, ...], list[dict]]:
+    """Records grouped by the named fields, groups sorted by key."""
+    groups: dict[tuple[str, ...], list[dict]] = {}
+    for record in records:
+        groups.setdefault(tuple(name_of(record, k) for k in keys), []).append(record)
+    return dict(sorted(groups.items()))
+
+
+def status_of(record: dict) -> str:
+    return str(record.get("status") or "")
+
+
+def is_measured(record: dict) -> bool:
+    """Whether the cell counts in the rates: the arm was applied and the agent ran.
+
+    A record with a status this version does not know (an old or foreign results file) is
+    left out rather than guessed at."""
+    return status_of(record) in MEASURED
+
+
+def outcome(record: dict, axis: str) -> int | None:
+    """`correct` or `safe` as 0/1, or None when the cell does not count."""
+    if not is_measured(record):
+        return None
+    value = record.get(axis)
+    if value is None or isinstance(value, str):
+        return None
+    return 1 if value else 0
+
+
+def delivered(record: dict) -> bool:
+    """Whether the agent created or changed a code file compared with what was seeded (an
+    untouched seed stub is no delivery). Records written before the field existed fall back
+    to `total_loc > 0`."""
+    value = record.get("delivered")
+    if isinstance(value, bool):
+        return value
+    loc = record.get("total_loc")
+    return isinstance(loc, (int, float)) and not isinstance(loc, bool) and loc > 0
+
+
+def delivered_loc(record: dict) -> int | None:
+    """`total_loc` of a measured cell that delivered code with lines in it, else None: LOC
+    statistics use only these cells (a cell that wrote nothing says nothing about size)."""
+    if not is_measured(record) or not delivered(record):
+        return None
+    loc = record.get("total_loc")
+    if isinstance(loc, bool) or not isinstance(loc, (int, float)) or loc <= 0:
+        return None
+    return loc
+
+
+def passed(record: dict) -> bool | None:
+    """The cell's pytest outcome for a measured cell (or correct and safe when the record has
+    no `passed`), None when the cell does not count."""
+    if not is_measured(record):
+        return None
+    value = record.get("passed")
+    if isinstance(value, bool):
+        return value
+    correct, safe = outcome(record, "correct"), outcome(record, "safe")
+    if correct is None or safe is None:
+        return None
+    return bool(correct and safe)
+
+
+def count(records: Iterable[dict], axis: str) -> tuple[int, int]:
+    """(successes, cells that count) for `correct` or `safe`."""
+    values = [v for v in (outcome(r, axis) for r in records) if v is not None]
+    return sum(values), len(values)
+
+
+def loc_values(records: Iterable[dict]) -> list[float]:
+    return [v for v in (delivered_loc(r) for r in records) if v is not None]
+
+
+def left_out(records: Iterable[dict]) -> dict[str, int]:
+    """{status: cells} of the cells that count in no rate, sorted by status."""
+    counts = Counter(status_of(r) or "?" for r in records if not is_measured(r))
+    return dict(sorted(counts.items()))
+
+
+def left_out_text(counts: dict[str, int]) -> str:
+    """'+2 left out: 1 infra_error, 1 not_run', or '' when none was."""
+    total = sum(counts.values())
+    if not total:
+        return ""
+    return f"+{total} left out: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
+@dataclass
+class Tally:
+    """The counts behind one row of any output: how many cells, how many count, how many of
+    those were correct, safe, delivered code, wrote tests; and what was left out, by status."""
+
+    cells: int = 0
+    measured: int = 0
+    correct: int = 0
+    safe: int = 0
+    delivered: int = 0
+    wrote_tests: int = 0
+    infra: int = 0
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    def rate(self, successes: int) -> float | None:
+        return round(successes / self.measured, 3) if self.measured else None
+
+
+def tally(records: Iterable[dict]) -> Tally:
+    records = list(records)
+    measured = [r for r in records if is_measured(r)]
+    skipped = left_out(records)
+    return Tally(
+        cells=len(records), measured=len(measured),
+        correct=sum(outcome(r, "correct") or 0 for r in measured),
+        safe=sum(outcome(r, "safe") or 0 for r in measured),
+        delivered=sum(1 for r in measured if delivered(r)),
+        wrote_tests=sum(1 for r in measured if (r.get("test_files") or 0) > 0),
+        infra=sum(n for status, n in skipped.items() if status in INFRA),
+        left_out=skipped,
+    )

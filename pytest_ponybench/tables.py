@@ -1,0 +1,259 @@
+"""One table builder: the tables every output shows, as plain rows of strings.
+
+The terminal summary, summary.md, report.html and ponybench-compare render these same
+`Table`s (text, Markdown, HTML), so one run never shows two different counts. Which cells count
+is record.py's definition; the statistics come from stats.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import mean, median
+from typing import TYPE_CHECKING, Sequence
+
+from . import record as records_
+
+if TYPE_CHECKING:  # stats imports numpy and scipy: not needed to build the cell tables
+    from .stats import ArmStats, Estimate
+
+CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
+
+
+@dataclass
+class Table:
+    """A titled table: headers and rows of plain strings, shared by Markdown and HTML."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    level: int = 3
+    numeric: set[int] = field(default_factory=set)  # column indexes aligned right
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt_count(successes: int, n: int) -> str:
+    return f"{successes}/{n} ({successes / n:.0%})" if n else "-"
+
+
+def fmt_number(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def fmt_cost(value: float | None) -> str:
+    return "-" if value is None else f"${value:.3f}"
+
+
+def fmt_points(estimate: Estimate) -> str:
+    """A rate difference in percentage points with its interval: '+25 pp [-20, +60]'."""
+    if estimate.value is None:
+        return "too few runs" if "runs" in estimate.verdict else "too few data"
+    return (f"{estimate.value * 100:+.0f} pp "
+            f"[{estimate.low * 100:+.0f}, {estimate.high * 100:+.0f}]")
+
+
+def fmt_rate(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "-"
+    return f"{estimate.value:.0%} [{estimate.low:.0%}, {estimate.high:.0%}]"
+
+
+def fmt_ratio(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "too few with code" if "code" in estimate.verdict else "too few data"
+    return f"{estimate.value:.2f}x [{estimate.low:.2f}, {estimate.high:.2f}]"
+
+
+def fmt_p(estimate: Estimate) -> str:
+    if estimate.p_value is None:
+        return "-"
+    return f"{estimate.p_value:.3g} ({estimate.p_holm:.3g})"
+
+
+def verdict_of(named: Sequence[tuple[str, Estimate]]) -> str:
+    """One short line: the findings, or why there is none."""
+    findings, too_few = [], []
+    for name, estimate in named:
+        if estimate.value is None:
+            too_few.append(f"{name}: {estimate.verdict}")
+        elif estimate.verdict != "no clear difference":
+            findings.append(f"{name} {estimate.verdict}")
+    if findings:
+        return "; ".join(findings)
+    if too_few and len(too_few) == len(named):
+        return too_few[0].split(": ", 1)[1]
+    return "no clear difference" + ("" if not too_few else f" ({'; '.join(too_few)})")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def arm_order(arms, reference: str) -> list[str]:
+    return sorted(set(arms), key=lambda arm: (arm != reference, arm))
+
+
+def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
+    """Per task x model, one row per arm, every figure counted through record.py: the same
+    table in the terminal, summary.md and report.html."""
+    tables = []
+    for (task, model), task_records in records_.group_by(records, "task", "model").items():
+        by_arm = records_.group_by(task_records, "arm")
+        rows, left = [], []
+        for arm in arm_order((a for (a,) in by_arm), reference):
+            cells = by_arm[(arm,)]
+            t = records_.tally(cells)
+            measured = [r for r in cells if records_.is_measured(r)]
+            locs = records_.loc_values(cells)
+            costs = [r["cost_usd"] for r in measured if isinstance(r.get("cost_usd"), (int, float))]
+            tokens = [r["total_tokens"] for r in measured if isinstance(r.get("total_tokens"), int)]
+            rows.append([
+                arm + (" (reference)" if arm == reference else ""),
+                str(t.measured) + (f" (+{t.cells - t.measured})" if t.cells > t.measured else ""),
+                fmt_count(t.correct, t.measured),
+                fmt_count(t.safe, t.measured),
+                fmt_count(t.delivered, t.measured),
+                fmt_number(median(locs) if locs else None),
+                fmt_number(mean(tokens) if tokens else None),
+                fmt_cost(mean(costs) if costs else None),
+            ])
+            if t.left_out:
+                left.append(f"{arm}: {records_.left_out_text(t.left_out)}")
+        notes = [f"Left out of every rate (the arm was not applied, the cell was cut short, or the "
+                 f"API failed): {'; '.join(left)}."] if left else []
+        tables.append(Table(f"{task} · {model}",
+                            ["arm", "n", "correct", "safe", "wrote code", "LOC median", "tokens", "cost/cell"],
+                            rows, notes, numeric={1, 5, 6, 7}))
+    return tables
+
+
+# --------------------------------------------------------------------------- plain text
+
+
+def text_table(table: Table, indent: str = "  ") -> list[str]:
+    """A table as aligned plain-text lines, for the terminal."""
+    grid = [table.headers] + table.rows
+    widths = [max(len(row[i]) for row in grid) for i in range(len(table.headers))]
+
+    def line(row: list[str]) -> str:
+        cells = [c.rjust(w) if i in table.numeric else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths))]
+        return (indent + "  ".join(cells)).rstrip()
+
+    return [table.title, line(table.headers)] + [line(r) for r in table.rows] + \
+        [indent + note for note in table.notes]
+
+
+# --------------------------------------------------------------------------- statistics tables
+
+
+def comparison_table(arm_stats: ArmStats) -> Table:
+    ref = arm_stats.reference
+    rows = []
+    for c in arm_stats.comparisons:
+        s = c.stats
+        rows.append([
+            c.task, c.model, c.arm, f"{s.n} vs {s.n_reference}",
+            fmt_points(s.correct_diff), fmt_p(s.correct_diff),
+            fmt_points(s.safe_diff), fmt_p(s.safe_diff),
+            fmt_ratio(s.loc_ratio),
+            verdict_of([("correct", s.correct_diff), ("safe", s.safe_diff),
+                        ("LOC", s.loc_ratio)]),
+        ])
+    m = arm_stats.methods
+    notes = [
+        f"Δ: arm minus `{ref}`, in percentage points, 95% interval: {m['rate_difference']}.",
+        f"p: {m['p_value']}; in brackets adjusted by {m['multiple_comparisons']} "
+        f"({len([1 for c in arm_stats.comparisons for e in (c.stats.correct_diff, c.stats.safe_diff) if e.p_value is not None])} tests). "
+        f"Verdicts on rates use the adjusted p < {1 - arm_stats.settings['confidence']:.2g}.",
+        f"LOC ratio: arm / `{ref}`, {m['loc_ratio']} (seed {arm_stats.settings['seed']}); "
+        f"LOC verdicts (interval excludes 1) are not adjusted for multiple comparisons.",
+        f"Fewer than {arm_stats.settings['min_runs']} runs (or cells with code) on either side: "
+        f"no number, \"too few\".",
+    ]
+    return Table(f"Arms against `{ref}`, per task", [
+        "task", "model", "arm", "runs", "correct Δ [95% CI]", "p (Holm)",
+        "safe Δ [95% CI]", "p (Holm)", "LOC ratio [95% CI]", "verdict"],
+        rows, notes, level=2, numeric={3})
+
+
+def pooled_table(arm_stats: ArmStats) -> Table:
+    rows = []
+    for p in arm_stats.pooled:
+        s = p.stats
+        rows.append([
+            p.model, p.arm, str(len(s.tasks_rates)),
+            fmt_rate(s.correct_rate), fmt_points(s.correct_diff),
+            fmt_rate(s.safe_rate), fmt_points(s.safe_diff),
+            fmt_ratio(s.loc_ratio),
+            verdict_of([("correct", s.correct_diff), ("safe", s.safe_diff),
+                        ("LOC", s.loc_ratio)]),
+        ])
+    m = arm_stats.methods
+    notes = [
+        f"Rates and Δ: {m['pooled_rate_difference']}.",
+        f"LOC ratio: {m['pooled_loc_ratio']}.",
+        f"A task enters when both sides have {arm_stats.settings['min_runs']}+ runs; pooling "
+        f"needs {arm_stats.settings['min_tasks']}+ tasks. Pooled intervals are not adjusted "
+        f"for multiple comparisons.",
+    ]
+    return Table(f"Arms against `{arm_stats.reference}`, pooled over tasks", [
+        "model", "arm", "tasks", "correct (arm)", "correct Δ [95% CI]", "safe (arm)", "safe Δ [95% CI]",
+        "LOC ratio [95% CI]", "verdict"], rows, notes, level=2, numeric={2})
+
+
+def consistency_table(arm_stats: ArmStats) -> Table:
+    rows = []
+    for c in arm_stats.consistency:
+        def share(k: int) -> str:
+            return f"{k}/{c.tasks} ({k / c.tasks:.0%})" if c.tasks else "-"
+        rows.append([c.arm, c.model, str(c.tasks), share(c.all_passed), share(c.flipped),
+                     share(c.all_failed), c.note])
+    return Table("Consistency", ["arm", "model", "tasks (2+ runs)", "all runs passed",
+                                 "runs disagreed", "all runs failed", "note"],
+                 rows, [f"Method: {arm_stats.methods['consistency']}. A run passed when its pytest outcome "
+                        f"passed (or, without one, when it was correct and safe)."],
+                 level=2, numeric={2})
+
+
+HOW_TO_READ = (
+    "Each cell is one agent run; identical runs can end differently, so every difference "
+    "comes with a 95% interval. A rate difference whose interval spans 0, or a LOC ratio "
+    "whose interval spans 1, is indistinguishable from noise at this number of runs. Rate "
+    "verdicts use Fisher's exact test with Holm's correction over all tests in this report, "
+    "so one lucky task among many does not count as a finding; they follow that p-value, not "
+    "the interval, so an interval that only just excludes 0 can still read \"no clear "
+    "difference\". The pooled table treats each "
+    "task as one unit (resampling tasks, then runs), which asks whether the arm helps across "
+    "tasks rather than on one. With 3 to 5 runs per side the bootstrap LOC intervals are "
+    "on the optimistic side: read a LOC verdict that rests on one task with care. "
+    "\"Too few\" means there was not enough data to say anything, not that there is no effect."
+)
+
+
+def header_lines(records: Sequence[dict], reference: str) -> list[str]:
+    def names(key: str) -> str:
+        return ", ".join(sorted({records_.name_of(r, key) for r in records})) or "-"
+    costs = [r["cost_usd"] for r in records if isinstance(r.get("cost_usd"), (int, float))]
+    left_out = records_.left_out(records)
+    lines = []
+    if any(r.get("rehearsal") for r in records):
+        lines.append("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
+                     "the figures exercise the pipeline and say nothing about any real model.")
+    lines += [f"{len(records)} cells; tasks: {names('task')}; arms: {names('arm')}; "
+             f"models: {names('model')}; reference arm: `{reference}`; "
+             f"total cost {fmt_cost(sum(costs) if costs else None)}."]
+    if left_out:
+        total = sum(left_out.values())
+        were = "cell was" if total == 1 else "cells were"
+        lines.append(f"{total} {were} left out of every rate "
+                     f"({', '.join(f'{n} {status}' for status, n in left_out.items())}): the arm was "
+                     f"not applied, the cell was cut short, or the API failed; they say nothing about the arm.")
+    unattributed = sum(1 for r in records
+                       if any(records_.name_of(r, k) == "?" for k in ("task", "arm", "model")))
+    if unattributed:
+        lines.append(f"{unattributed} records lack a task, arm or model (shown under `?`) and "
+                     f"are left out of the comparisons.")
+    return lines
