@@ -73,6 +73,8 @@ def fmt_rate(estimate: Estimate) -> str:
 def fmt_ratio(estimate: Estimate) -> str:
     if estimate.value is None:
         return "too few with code" if "code" in estimate.verdict else "too few data"
+    if estimate.low is None:  # no spread: a value without an interval, never [1.25, 1.25]
+        return f"{estimate.value:.2f}x (no spread)"
     return f"{estimate.value:.2f}x [{estimate.low:.2f}, {estimate.high:.2f}]"
 
 
@@ -86,7 +88,7 @@ def verdict_of(named: Sequence[tuple[str, Estimate]]) -> str:
     """One short line: the findings, or why there is none."""
     findings, too_few = [], []
     for name, estimate in named:
-        if estimate.value is None:
+        if estimate.value is None or estimate.low is None:  # no number, or no interval
             too_few.append(f"{name}: {estimate.verdict}")
         elif estimate.verdict != "no clear difference":
             findings.append(f"{name} {estimate.verdict}")
