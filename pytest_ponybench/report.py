@@ -195,12 +195,15 @@ def consistency_table(arm_stats: ArmStats) -> Table:
     for c in arm_stats.consistency:
         def share(k: int) -> str:
             return f"{k}/{c.tasks} ({k / c.tasks:.0%})" if c.tasks else "-"
+        pass_k = ("-" if c.pass_k is None
+                  else f"pass^{c.pass_k} {c.pass_hat_k:.0%} (pass^1 {c.pass_hat_1:.0%})")
         rows.append([c.arm, c.model, str(c.tasks), share(c.all_passed), share(c.flipped),
-                     share(c.all_failed), c.note])
+                     share(c.all_failed), pass_k, c.note])
     return Table("Consistency", ["arm", "model", "tasks (2+ runs)", "all runs passed",
-                                 "runs disagreed", "all runs failed", "note"],
+                                 "runs disagreed", "all runs failed", "pass^k", "note"],
                  rows, [f"Method: {stats.CONSISTENCY}. A run passed when its pytest outcome "
-                        f"passed (or, without one, when it was correct and safe)."],
+                        f"passed (or, without one, when it was correct and safe).",
+                        f"pass^k: {stats.PASS_K}."],
                  level=2, numeric={2})
 
 

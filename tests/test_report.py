@@ -119,9 +119,12 @@ def test_markdown_tables(tmp_path):
     assert row[7].startswith("0.74x [")
 
     _, rows = table_rows(md, "Consistency")
+    # pass^4: baseline C(0,4)/C(4,4) = 0 on t1, 1 on t2 and t3: 2/3; pass^1 the same here.
     assert rows == [
-        ["baseline", "haiku", "3", "2/3 (67%)", "0/3 (0%)", "1/3 (33%)", ""],
-        ["terse", "haiku", "3", "3/3 (100%)", "0/3 (0%)", "0/3 (0%)", ""],
+        ["baseline", "haiku", "3", "2/3 (67%)", "0/3 (0%)", "1/3 (33%)",
+         "pass^4 67% (pass^1 67%)", ""],
+        ["terse", "haiku", "3", "3/3 (100%)", "0/3 (0%)", "0/3 (0%)",
+         "pass^4 100% (pass^1 100%)", ""],
     ]
     assert "## How to read" in md
 
