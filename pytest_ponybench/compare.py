@@ -3,8 +3,14 @@
 ``ponybench-compare OLD_RUN NEW_RUN [gates]`` reads each run directory's ``results.jsonl``,
 prints old against new per task x arm x model (correct rate, safe rate, median LOC, each
 change with an interval) and per arm x model pooled over tasks, then the gates that failed.
-Exit status: 0 all gates passed, 1 a gate failed, 2 bad input (a missing run directory, an
-unreadable ``results.jsonl``, a bad option value, or two runs with nothing in common).
+Exit status: 0 all gates passed, 1 a gate failed or could not be evaluated (unless
+``--allow-unevaluated``), 2 bad input (a missing run directory, an unreadable
+``results.jsonl``, a bad option value, two runs with nothing in common, or a rehearsal against
+a real run without ``--allow-rehearsal-mix``).
+
+A rehearsal's figures come from a scripted model: they say nothing about a real model, so a
+change between a rehearsal and a real run is no change at all. A run is a rehearsal when a
+record says ``"rehearsal": true`` or its ``summary.json`` does.
 
 The statistics are those of ``stats`` with "new" as the side and "old" as the reference:
 Newcombe intervals and Fisher p-values (Holm-adjusted over the comparison) per task, and the
@@ -25,6 +31,7 @@ from .options import parse_number
 from .stats import Estimate, PairStats, PooledStats
 
 RESULTS = "results.jsonl"
+SUMMARY = "summary.json"
 LABELS = ("new", "old")
 
 
@@ -73,6 +80,30 @@ def load_records(run_dir) -> list[dict]:
     return list(by_cell.values())
 
 
+def is_rehearsal(run, records: Sequence[dict]) -> bool:
+    """Whether a run is a rehearsal: a record says ``"rehearsal": true``, or (for a run
+    directory or its results.jsonl) the run's summary.json does. A run without summary.json
+    (interrupted before the end) is judged by its records."""
+    if any(r.get("rehearsal") is True for r in records):
+        return True
+    if not isinstance(run, (str, Path)):
+        return False
+    path = Path(run)
+    summary = (path if path.is_dir() else path.parent) / SUMMARY
+    if not summary.is_file():
+        return False
+    try:
+        data = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RunError(f"{summary}: cannot read ({error}); it tells a rehearsal from a real "
+                       f"run, so restore or delete it") from error
+    return isinstance(data, dict) and data.get("rehearsal") is True
+
+
+def kind(rehearsal: bool) -> str:
+    return "a rehearsal (scripted model)" if rehearsal else "a real run"
+
+
 # --------------------------------------------------------------------------- comparing
 
 
@@ -108,6 +139,8 @@ class Comparison:
     only_new: list[str] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     methods: dict = field(default_factory=dict)
+    rehearsal_old: bool = False
+    rehearsal_new: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -115,15 +148,24 @@ class Comparison:
 
 def compare_runs(old, new, *, min_runs: int = stats.MIN_RUNS, min_tasks: int = 1,
                  n_boot: int = stats.N_BOOT, seed: int = stats.SEED,
-                 confidence: float = stats.CONFIDENCE) -> Comparison:
+                 confidence: float = stats.CONFIDENCE,
+                 allow_rehearsal_mix: bool = False) -> Comparison:
     """Compare two runs: each a run directory (read with ``load_records``) or a list of records.
 
     ``min_tasks`` is 1 here, unlike the arm report: a gate asks whether these tasks got
-    worse, and with one or two tasks the hierarchical bootstrap is simply wider."""
+    worse, and with one or two tasks the hierarchical bootstrap is simply wider.
+
+    Raises RunError when one run is a rehearsal and the other is not, unless
+    ``allow_rehearsal_mix``; the comparison records which runs were rehearsals."""
     old_name = str(old) if isinstance(old, (str, Path)) else "old"
     new_name = str(new) if isinstance(new, (str, Path)) else "new"
     old_records = load_records(old) if isinstance(old, (str, Path)) else list(old)
     new_records = load_records(new) if isinstance(new, (str, Path)) else list(new)
+    rehearsal_old, rehearsal_new = is_rehearsal(old, old_records), is_rehearsal(new, new_records)
+    if rehearsal_old != rehearsal_new and not allow_rehearsal_mix:
+        raise RunError(f"the old run {old_name} is {kind(rehearsal_old)} and the new run "
+                       f"{new_name} is {kind(rehearsal_new)}, so their figures do not compare; "
+                       f"pass --allow-rehearsal-mix to compare them anyway")
     methods = {
         "rate_change": stats.NEWCOMBE, "p_value": stats.FISHER,
         "multiple_comparisons": "Holm-Bonferroni over all Fisher p-values of this comparison",
@@ -131,11 +173,14 @@ def compare_runs(old, new, *, min_runs: int = stats.MIN_RUNS, min_tasks: int = 1
         "pooled_rate_change": stats.pooled_rate_method(n_boot),
         "pooled_loc_ratio": stats.pooled_loc_method(n_boot),
         "pooled_rate": stats.pooled_level_method(n_boot),
+        "runs_needed": stats.power_method(confidence),
     }
     comparison = Comparison(
         old=old_name, new=new_name, methods=methods,
         settings={"confidence": confidence, "min_runs": min_runs, "min_tasks": min_tasks,
-                  "n_boot": n_boot, "seed": seed})
+                  "n_boot": n_boot, "seed": seed,
+                  "detectable_difference": stats.DETECTABLE_DIFFERENCE, "power": stats.POWER},
+        rehearsal_old=rehearsal_old, rehearsal_new=rehearsal_new)
     old_cells = stats.group_by(old_records, "task", "arm", "model")
     new_cells = stats.group_by(new_records, "task", "arm", "model")
     comparison.only_old = [" / ".join(k) for k in old_cells if k not in new_cells]
@@ -193,7 +238,10 @@ def evaluate_gates(comparison: Comparison, gates: Gates) -> tuple[list[str], lis
     * ``max_*_drop``: over the tasks both runs have, the pooled rate fell by more than the
       allowed drop and its interval lies wholly below zero (the fall is not noise).
     * ``max_loc_increase``: the pooled LOC ratio new/old (geometric mean of per-task median
-      ratios) rose by more than the allowed percent and its interval lies wholly above 1.
+      ratios) rose by more than the allowed percent and its interval lies wholly above 1. A
+      ratio without an interval (no spread in the LOC of any run) passes when it rose by no
+      more than allowed and is not evaluated when it rose by more: nothing tells the rise
+      from noise.
     """
     failures, unevaluated = [], []
     for group in comparison.groups:
@@ -224,23 +272,30 @@ def evaluate_gates(comparison: Comparison, gates: Gates) -> tuple[list[str], lis
                     f"{allowed * 100:.0f}")
         if gates.max_loc_increase is not None:
             ratio = group.changes and group.changes.loc_ratio
-            if not ratio or ratio.value is None:
+            rise = None if not ratio or ratio.value is None else (ratio.value - 1) * 100
+            if rise is None:
                 why = ratio.note if ratio else "no task in both runs"
                 unevaluated.append(f"{where}: LOC increase not evaluated: {why}")
-            elif (ratio.value - 1) * 100 > gates.max_loc_increase + 1e-9 and ratio.low > 1:
+            elif rise > gates.max_loc_increase + 1e-9 and ratio.low is None:
+                unevaluated.append(
+                    f"{where}: LOC increase not evaluated: LOC rose by {rise:.0f}% (new/old), "
+                    f"more than the allowed {gates.max_loc_increase:g}%, but with {ratio.note}")
+            elif rise > gates.max_loc_increase + 1e-9 and ratio.low > 1:
                 failures.append(
-                    f"{where}: LOC rose by {(ratio.value - 1) * 100:.0f}% "
+                    f"{where}: LOC rose by {rise:.0f}% "
                     f"[{(ratio.low - 1) * 100:.0f}%, {(ratio.high - 1) * 100:.0f}%] "
                     f"(new/old, geometric mean over {len(group.changes.tasks_loc)} tasks), more "
                     f"than the allowed {gates.max_loc_increase:g}%")
     return failures, unevaluated
 
 
-def check_gates(comparison: Comparison, gates: Gates, *, strict: bool = False) -> list[str]:
-    """The failed gates, one sentence each; with ``strict``, a gate that could not be
-    evaluated (too few runs or tasks) fails too."""
+def check_gates(comparison: Comparison, gates: Gates, *,
+                allow_unevaluated: bool = False) -> list[str]:
+    """The failed gates, one sentence each. A gate that could not be evaluated (too few runs
+    or tasks, no interval) fails too, unless ``allow_unevaluated``: a gate that silently
+    passes on missing data guards nothing."""
     failures, unevaluated = evaluate_gates(comparison, gates)
-    return failures + (unevaluated if strict else [])
+    return failures + ([] if allow_unevaluated else unevaluated)
 
 
 # --------------------------------------------------------------------------- text output
@@ -271,14 +326,32 @@ def change_points(estimate: Estimate) -> str:
 def change_ratio(estimate: Estimate) -> str:
     if estimate.value is None:
         return "too few with code"
+    if estimate.low is None:
+        return f"{(estimate.value - 1) * 100:+.0f}% (no spread)"
     return (f"{(estimate.value - 1) * 100:+.0f}% [{(estimate.low - 1) * 100:+.0f}%, "
             f"{(estimate.high - 1) * 100:+.0f}%]")
 
 
+def header(comparison: Comparison) -> list[str]:
+    """The runs compared, each marked when it is a rehearsal, and a warning on a mix."""
+    def mark(rehearsal: bool) -> str:
+        return " (REHEARSAL: scripted model)" if rehearsal else ""
+    lines = [f"old: {comparison.old}{mark(comparison.rehearsal_old)}",
+             f"new: {comparison.new}{mark(comparison.rehearsal_new)}"]
+    if comparison.rehearsal_old != comparison.rehearsal_new:
+        lines.append("REHEARSAL MIX (--allow-rehearsal-mix): one run is a rehearsal with a "
+                     "scripted model and the other a real run; the changes below measure that "
+                     "difference, not the change you made.")
+    elif comparison.rehearsal_old:
+        lines.append("Both runs are rehearsals: the figures exercise the pipeline and say "
+                     "nothing about any real model.")
+    return lines
+
+
 def format_comparison(comparison: Comparison, gates: Gates | None = None, *,
-                      strict: bool = False) -> str:
+                      allow_unevaluated: bool = False) -> str:
     """The comparison as plain text, and the gates' outcome when ``gates`` is given."""
-    out = [f"old: {comparison.old}", f"new: {comparison.new}", "", "Per task (new against old):"]
+    out = header(comparison) + ["", "Per task (new against old):"]
     rows = []
     for c in comparison.cells:
         s = c.stats
@@ -314,11 +387,14 @@ def format_comparison(comparison: Comparison, gates: Gates | None = None, *,
         failures, unevaluated = evaluate_gates(comparison, gates)
         out.append("")
         if unevaluated:
-            out.append("Gates not evaluated" + (" (failing: --strict):" if strict else ":"))
+            out.append("Gates not evaluated" + (
+                " (passing: --allow-unevaluated):" if allow_unevaluated
+                else " (failing; --allow-unevaluated lets them pass):"))
             out += [f"  {line}" for line in unevaluated]
-        if failures or (strict and unevaluated):
+        failed = failures + ([] if allow_unevaluated else unevaluated)
+        if failed:
             out.append("FAILED gates:")
-            out += [f"  {line}" for line in failures + (unevaluated if strict else [])]
+            out += [f"  {line}" for line in failed]
         else:
             out.append("All gates passed.")
     return "\n".join(out) + "\n"
@@ -357,7 +433,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ponybench-compare",
         description="Compare two ponybench runs of the same tasks and gate on the change.",
-        epilog="Exit status: 0 all gates passed, 1 a gate failed, 2 bad input.")
+        epilog="Exit status: 0 all gates passed, 1 a gate failed or could not be evaluated "
+               "(too few runs or tasks, no interval), 2 bad input.")
     p.add_argument("old_run", type=Path, help="the earlier run directory (with results.jsonl)")
     p.add_argument("new_run", type=Path, help="the later run directory (with results.jsonl)")
     g = p.add_argument_group("gates (each per arm x model)")
@@ -373,8 +450,16 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-loc-increase", type=percent, metavar="PERCENT",
                    help="fail when LOC rose by more than PERCENT and the rise's interval "
                         "excludes zero")
-    g.add_argument("--strict", action="store_true",
-                   help="a gate that cannot be evaluated (too few runs or tasks) fails")
+    unevaluated = g.add_mutually_exclusive_group()
+    unevaluated.add_argument("--allow-unevaluated", action="store_true",
+                             help="let a gate that cannot be evaluated (too few runs or "
+                                  "tasks, no interval) pass; by default it fails")
+    unevaluated.add_argument("--strict", action="store_true",
+                             help="no effect, kept for old scripts: a gate that cannot be "
+                                  "evaluated fails by default now")
+    p.add_argument("--allow-rehearsal-mix", action="store_true",
+                   help="compare a rehearsal (scripted model) with a real run; refused "
+                        "otherwise, and said in the header when given")
     return p
 
 
@@ -387,19 +472,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                   max_safe_drop=args.max_safe_drop, max_correct_drop=args.max_correct_drop,
                   max_loc_increase=args.max_loc_increase)
     try:
-        old, new = load_records(args.old_run), load_records(args.new_run)
+        comparison = compare_runs(args.old_run, args.new_run,
+                                  allow_rehearsal_mix=args.allow_rehearsal_mix)
     except RunError as error:
         print(f"ponybench-compare: error: {error}", file=sys.stderr)
         return 2
-    comparison = compare_runs(old, new)
-    comparison.old, comparison.new = str(args.old_run), str(args.new_run)
     if not comparison.cells:
         print("ponybench-compare: error: the runs share no task x arm x model: "
               f"old has {', '.join(comparison.only_old)}; new has {', '.join(comparison.only_new)}",
               file=sys.stderr)
         return 2
-    print(format_comparison(comparison, gates, strict=args.strict), end="")
-    return 1 if check_gates(comparison, gates, strict=args.strict) else 0
+    print(format_comparison(comparison, gates, allow_unevaluated=args.allow_unevaluated), end="")
+    return 1 if check_gates(comparison, gates, allow_unevaluated=args.allow_unevaluated) else 0
 
 
 if __name__ == "__main__":

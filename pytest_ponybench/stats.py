@@ -26,13 +26,38 @@ Methods (and why)
     * LOC per task x model: ratio of median ``total_loc`` (arm / reference), with a percentile
       bootstrap interval (runs resampled with replacement within each side; ``N_BOOT``
       resamples). Medians and ratios, because LOC is skewed and the question is relative.
+    * LOC without spread: when the bootstrap interval has zero width (every run of both sides
+      has the same LOC, say), there is no interval: the ratio is kept, ``low`` and ``high``
+      are None and the note and verdict say "no spread in 4 runs against 4: no interval".
+      A zero-width interval would claim a certainty that 4 runs cannot carry.
     * Pooled over tasks per model: the mean of per-task rate differences and the geometric
       mean of per-task median LOC ratios, with a hierarchical bootstrap: resample tasks with
       replacement, then runs within each drawn task. Every task weighs the same, so one task
       with many runs cannot dominate, and the interval reflects task-to-task spread.
       Pooled intervals are unadjusted 95% intervals (no p-value, no Holm).
+    * Pooled rates at the edges: the bootstrap draws runs from each task's observed rate, so a
+      task whose runs all passed is resampled as "always passes" and 5 tasks x 4 runs all
+      passing would give [100%, 100%]: the bootstrap is known to fail at 0 and 1. So every
+      pooled rate interval (levels and differences) is the hull of the bootstrap interval and
+      a binomial score interval of the pooled runs: Wilson (levels) or Newcombe (differences)
+      at the pooled rate with the effective number of runs. The score interval is what the
+      runs allow if every task had the same rate (no task-to-task spread at all), so no
+      honest interval can be narrower; the bootstrap adds the task-to-task spread. The
+      effective number of runs is Kish's T^2 / sum(1 / n_t) for T tasks with n_t runs: the
+      equal-weight mean over tasks has the binomial variance of that many runs (with equal
+      run counts it is simply all the runs). 5 tasks x 4 runs all passing: Wilson(20 of 20)
+      = [84%, 100%].
+    * Power, where a rate difference per task x model is inconclusive ("no clear
+      difference" or too few runs): ``runs_needed`` is how many runs per arm would detect a
+      ``DETECTABLE_DIFFERENCE`` (20 percentage points) from the reference's observed rate
+      with two-sided alpha 0.05 and power 0.8 (two-proportion normal approximation, Fleiss,
+      without continuity correction; the larger of the two directions that stay within
+      [0, 1]; 50% when the reference has no measured run). It ignores the Holm correction,
+      so with many comparisons it is a lower bound. None where the verdict is a finding.
     * Consistency per arm x model: the share of tasks where every run passed and the share
-      where runs disagreed (flip rate).
+      where runs disagreed (flip rate), and pass^k (tau-bench): per task with n measured runs
+      of which c passed, C(c, k) / C(n, k) is the unbiased estimate of the chance that k runs
+      all pass; averaged over tasks, for k = the smallest run count among them, and pass^1.
 """
 from __future__ import annotations
 
@@ -59,32 +84,54 @@ SEED = 20240611
 # The arm was not (provably) applied, the cell was cut short, or the API failed: such a cell
 # says nothing about the arm, so it is left out of every rate rather than counted as a failure.
 UNMEASURED_STATUSES = NEVER_RAN | INFRA
+# Power estimates: the smallest rate difference worth detecting (20 percentage points), and
+# the chance of detecting it that a plan should have.
+DETECTABLE_DIFFERENCE = 0.20
+POWER = 0.80
 
 WILSON = "Wilson score interval"
 NEWCOMBE = "Newcombe hybrid score interval (method 10, from two Wilson intervals)"
 FISHER = "Fisher's exact test, two-sided (scipy.stats.fisher_exact)"
 HOLM = "Holm-Bonferroni over all Fisher p-values of this report"
 CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
+PASS_K = ("pass^k (tau-bench): per task with n measured runs of which c passed, C(c, k) / C(n, k) "
+          "(unbiased for the chance that k runs all pass), averaged over the tasks with >= 2 "
+          "measured runs; k = the smallest run count among them; pass^1 = mean of c / n")
+POOLED_FLOOR = ("hull with the {score} interval of the pooled runs (pooled rate, Kish effective "
+                "runs T^2 / sum(1/n_t)), so that no interval is narrower than the runs allow")
+NO_SPREAD = "no interval where the bootstrap has no spread (every resample gives the same ratio)"
+
+
+def power_method(confidence: float = CONFIDENCE) -> str:
+    return (f"runs per arm to detect a {DETECTABLE_DIFFERENCE * 100:.0f} percentage point "
+            f"difference from the reference's observed rate (50% when it has none): "
+            f"two-proportion normal approximation (Fleiss, no continuity correction), two-sided "
+            f"alpha {1 - confidence:.2g}, power {POWER:.2g}, the larger of the two directions "
+            f"within [0, 1]; ignores Holm, so a lower bound; only where the verdict is "
+            f"inconclusive")
 
 
 def loc_ratio_method(n_boot: int) -> str:
     return (f"ratio of median total_loc (cells with total_loc > 0); "
-            f"percentile bootstrap, {n_boot} resamples of runs within each side")
+            f"percentile bootstrap, {n_boot} resamples of runs within each side; {NO_SPREAD}")
 
 
 def pooled_rate_method(n_boot: int) -> str:
     return (f"mean over tasks of per-task rate differences; hierarchical percentile bootstrap, "
-            f"{n_boot} resamples (tasks, then runs within each task)")
+            f"{n_boot} resamples (tasks, then runs within each task); "
+            + POOLED_FLOOR.format(score="Newcombe"))
 
 
 def pooled_loc_method(n_boot: int) -> str:
     return (f"geometric mean over tasks of per-task median total_loc ratios; hierarchical "
-            f"percentile bootstrap, {n_boot} resamples (tasks, then runs within each task)")
+            f"percentile bootstrap, {n_boot} resamples (tasks, then runs within each task); "
+            f"{NO_SPREAD}")
 
 
 def pooled_level_method(n_boot: int) -> str:
     return (f"mean over tasks of per-task rates; hierarchical percentile bootstrap, "
-            f"{n_boot} resamples (tasks, then runs within each task)")
+            f"{n_boot} resamples (tasks, then runs within each task); "
+            + POOLED_FLOOR.format(score="Wilson"))
 
 
 # --------------------------------------------------------------------------- result types
@@ -92,7 +139,12 @@ def pooled_level_method(n_boot: int) -> str:
 
 @dataclass
 class Estimate:
-    """One number with its interval. ``value`` None means too few data; ``note`` says why."""
+    """One number with its interval. ``value`` None means too few data; ``note`` says why.
+    A value with ``low`` and ``high`` None has no interval (a LOC ratio without spread).
+
+    ``runs_needed`` (rate differences per task x model only): runs per arm that would detect
+    a ``DETECTABLE_DIFFERENCE`` from the reference's rate, where the verdict is inconclusive
+    (``power_method``); None elsewhere."""
 
     value: float | None
     low: float | None
@@ -103,6 +155,7 @@ class Estimate:
     p_value: float | None = None
     p_holm: float | None = None
     test: str = ""
+    runs_needed: int | None = None
 
 
 @dataclass
@@ -168,7 +221,11 @@ class Consistency:
     share_all_passed: float | None
     share_flipped: float | None
     single_run_tasks: int
+    pass_k: int | None = None  # k: the smallest measured run count among ``tasks``
+    pass_hat_k: float | None = None  # pass^k over ``tasks`` (PASS_K)
+    pass_hat_1: float | None = None  # pass^1: the mean per-task pass rate over ``tasks``
     method: str = CONSISTENCY
+    pass_k_method: str = PASS_K
     note: str = ""
 
 
@@ -232,6 +289,39 @@ def newcombe_interval(x1: int, n1: int, x2: int, n2: int,
     return max(-1.0, low), min(1.0, high)
 
 
+def effective_runs(run_counts: Sequence[int]) -> float:
+    """Kish's effective number of runs behind an equal-weight mean over tasks: T^2 / sum(1/n_t).
+
+    Each of the n_t runs of task t weighs 1 / (T n_t); Kish's (sum w)^2 / sum w^2 gives the
+    number of equally weighted runs with the same binomial variance. Equal run counts: the sum
+    of the runs (5 tasks x 4 runs: 20)."""
+    return len(run_counts) ** 2 / sum(1 / n for n in run_counts)
+
+
+def runs_to_detect(reference_rate: float | None, difference: float = DETECTABLE_DIFFERENCE,
+                   confidence: float = CONFIDENCE, power: float = POWER) -> int | None:
+    """Runs per arm for a two-sided test at 1 - ``confidence`` to detect ``difference`` from
+    ``reference_rate`` with probability ``power`` (two-proportion normal approximation):
+
+    n = (z_a sqrt(2 pbar (1 - pbar)) + z_b sqrt(p1 (1 - p1) + p2 (1 - p2)))^2 / difference^2,
+    p1 the reference rate, p2 = p1 +- difference, pbar their mean; the larger n of the two
+    directions that stay within [0, 1], rounded up. A reference without a measured run is
+    taken at 50%, the most demanding rate. None when neither direction fits in [0, 1]."""
+    p1 = 0.5 if reference_rate is None else reference_rate
+    z_a, z_b = z_value(confidence), float(scipy_stats.norm.ppf(power))
+    needed = []
+    for p2 in (p1 + difference, p1 - difference):
+        if not -1e-12 <= p2 <= 1 + 1e-12:
+            continue
+        p2 = min(1.0, max(0.0, p2))
+        pbar = (p1 + p2) / 2
+        root = (z_a * math.sqrt(2 * pbar * (1 - pbar))
+                + z_b * math.sqrt(p1 * (1 - p1) + p2 * (1 - p2)))
+        # 92.9999999 from rounding is 93 runs, not 94.
+        needed.append(math.ceil(root ** 2 / difference ** 2 - 1e-9))
+    return max(needed) if needed else None
+
+
 def fisher_p(x1: int, n1: int, x2: int, n2: int) -> float:
     """Two-sided Fisher exact p-value for the 2x2 table [[x1, n1-x1], [x2, n2-x2]]."""
     result = scipy_stats.fisher_exact([[x1, n1 - x1], [x2, n2 - x2]])
@@ -259,6 +349,11 @@ def percentile_interval(samples: np.ndarray, confidence: float = CONFIDENCE) -> 
     alpha = 1 - confidence
     low, high = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
     return float(low), float(high)
+
+
+def has_spread(low: float, high: float) -> bool:
+    """False for a zero-width interval (up to floating-point noise in the ratios)."""
+    return high - low > 1e-9 * max(1.0, abs(high))
 
 
 def rng_for(seed: int, *key: str) -> np.random.Generator:
@@ -308,14 +403,18 @@ def rate_difference(x: int, n: int, x_ref: int, n_ref: int, *, min_runs: int = M
 
     The verdict is provisional ("no clear difference" or the unadjusted direction) until
     ``apply_holm`` sets the Holm-adjusted p-value and the final verdict."""
+    needed = runs_to_detect(x_ref / n_ref if n_ref else None, confidence=confidence)
     if n < min_runs or n_ref < min_runs:
         return Estimate(None, None, None, NEWCOMBE,
                         verdict=too_few_runs(n, n_ref, min_runs, labels),
-                        note=too_few_runs(n, n_ref, min_runs, labels), test=FISHER)
+                        note=too_few_runs(n, n_ref, min_runs, labels), test=FISHER,
+                        runs_needed=needed)
     low, high = newcombe_interval(x, n, x_ref, n_ref, confidence)
     p = fisher_p(x, n, x_ref, n_ref)
+    # runs_needed stays even on a provisional finding: Holm may still make it inconclusive,
+    # and apply_holm clears it where the final verdict is a finding.
     estimate = Estimate(x / n - x_ref / n_ref, low, high, NEWCOMBE, verdict="",
-                        p_value=p, p_holm=p, test=FISHER)
+                        p_value=p, p_holm=p, test=FISHER, runs_needed=needed)
     estimate.verdict = rate_verdict(estimate, 1 - confidence)
     return estimate
 
@@ -359,8 +458,21 @@ def loc_ratio(values: Sequence[float], reference_values: Sequence[float], *, n: 
     side = resampled_medians([values], picks, rng)[:, 0]
     reference = resampled_medians([reference_values], picks, rng)[:, 0]
     low, high = percentile_interval(side / reference, confidence)
+    if not has_spread(low, high):
+        constant = len(set(values)) == 1 and len(set(reference_values)) == 1
+        note = no_spread(len(values), len(reference_values), constant)
+        return Estimate(ratio, None, None, method, verdict=note, note=note)
     return Estimate(ratio, low, high, method,
                     verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines"))
+
+
+def no_spread(runs: int, runs_reference: int, constant: bool, tasks: int = 0) -> str:
+    """The note of a LOC ratio whose bootstrap has no spread: "no spread in 4 runs against 4"
+    when the LOC values themselves do not vary (``constant``); otherwise they vary too rarely
+    for any resample to move a median."""
+    over = f" over {tasks} tasks" if tasks else ""
+    where = "" if constant else "the resampled medians of "
+    return f"no spread in {where}{runs} runs against {runs_reference}{over}: no interval"
 
 
 def compare_pair(records: Sequence[dict], reference_records: Sequence[dict], *,
@@ -403,6 +515,8 @@ def apply_holm(estimates: Sequence[Estimate], alpha: float = 1 - CONFIDENCE) -> 
         if p is not None:
             estimate.p_holm = p
             estimate.verdict = rate_verdict(estimate, alpha)
+            if estimate.verdict in ("higher", "lower"):
+                estimate.runs_needed = None  # a finding: no power question left
 
 
 # --------------------------------------------------------------------------- pooled over tasks
@@ -434,7 +548,10 @@ def pooled_rate(by_task: dict[str, Sequence[dict]], metric: str, *, min_runs: in
     # Binomial(n, x / n) count of successes: the same distribution, without the loop.
     rates = rng.binomial(n[picks], x[picks] / n[picks]) / n[picks]
     low, high = percentile_interval(rates.mean(axis=1), confidence)
-    return Estimate(float(np.mean(x / n)), low, high, method, verdict="")
+    value = float(np.mean(x / n))
+    runs = effective_runs(n.tolist())
+    floor_low, floor_high = wilson_interval(value * runs, runs, confidence)
+    return Estimate(value, min(low, floor_low), max(high, floor_high), method, verdict="")
 
 
 def pooled_rate_difference(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], metric: str,
@@ -464,6 +581,11 @@ def pooled_rate_difference(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]
     reference = rng.binomial(n_ref[picks], x_ref[picks] / n_ref[picks]) / n_ref[picks]
     low, high = percentile_interval((side - reference).mean(axis=1), confidence)
     value = float(np.mean(x / n - x_ref / n_ref))
+    rate, rate_ref = float(np.mean(x / n)), float(np.mean(x_ref / n_ref))
+    runs, runs_ref = effective_runs(n.tolist()), effective_runs(n_ref.tolist())
+    floor_low, floor_high = newcombe_interval(rate * runs, runs, rate_ref * runs_ref, runs_ref,
+                                              confidence)
+    low, high = min(low, floor_low), max(high, floor_high)
     return Estimate(value, low, high, method,
                     verdict=interval_verdict(low, high, 0.0, "higher", "lower")), used
 
@@ -495,6 +617,10 @@ def pooled_loc_ratio(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
     samples = np.exp(np.log(side / reference).mean(axis=1))
     low, high = percentile_interval(samples, confidence)
     value = math.exp(sum(log_ratios) / len(log_ratios))
+    if not has_spread(low, high):
+        constant = all(len(set(v)) == 1 for v in sides + references)
+        note = no_spread(sum(map(len, sides)), sum(map(len, references)), constant, len(used))
+        return Estimate(value, None, None, method, verdict=note, note=note), used
     return Estimate(value, low, high, method,
                     verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines")), used
 
@@ -532,18 +658,31 @@ def compare_pooled(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
 # --------------------------------------------------------------------------- consistency
 
 
+def pass_hat(k: int, runs_and_passes: Sequence[tuple[int, int]]) -> float:
+    """pass^k: the mean over tasks of C(c, k) / C(n, k) for n runs of which c passed.
+
+    C(c, k) / C(n, k) is the chance that k runs drawn without replacement from the task's n
+    all passed: an unbiased estimate of p^k for the task's pass rate p (tau-bench)."""
+    return sum(math.comb(c, k) / math.comb(n, k) for n, c in runs_and_passes) / len(runs_and_passes)
+
+
 def consistency(records: Sequence[dict]) -> list[Consistency]:
     """Per arm x model: over tasks with at least two measured runs, how many had every run
-    pass, every run fail, or runs that disagreed (flipped)."""
+    pass, every run fail, or runs that disagreed (flipped); and pass^k over the same tasks.
+
+    pass^k uses the tasks with 2+ runs, like the rest of the row: one task with a single run
+    would force k = 1, and pass^1 says nothing about runs agreeing."""
     result = []
     for (arm, model), cells in group_by(records, "arm", "model").items():
         tasks = all_passed = all_failed = flipped = single = 0
+        runs_and_passes = []
         for _task, task_cells in group_by(cells, "task").items():
             outcomes = [p for p in (passed(r) for r in task_cells) if p is not None]
             if len(outcomes) < 2:
                 single += 1 if outcomes else 0
                 continue
             tasks += 1
+            runs_and_passes.append((len(outcomes), sum(outcomes)))
             if all(outcomes):
                 all_passed += 1
             elif not any(outcomes):
@@ -551,11 +690,13 @@ def consistency(records: Sequence[dict]) -> list[Consistency]:
             else:
                 flipped += 1
         note = "" if tasks else "too few runs to conclude: no task with 2 or more measured runs"
+        k = min(n for n, _c in runs_and_passes) if runs_and_passes else None
         result.append(Consistency(
             arm=arm, model=model, tasks=tasks, all_passed=all_passed, all_failed=all_failed,
             flipped=flipped, share_all_passed=all_passed / tasks if tasks else None,
             share_flipped=flipped / tasks if tasks else None, single_run_tasks=single,
-            note=note))
+            pass_k=k, pass_hat_k=pass_hat(k, runs_and_passes) if k else None,
+            pass_hat_1=pass_hat(1, runs_and_passes) if k else None, note=note))
     return result
 
 
@@ -571,11 +712,14 @@ def arm_stats(records: Sequence[dict], reference: str = "baseline", *,
     report are corrected for its many comparisons."""
     settings = {"confidence": confidence, "min_runs": min_runs, "min_tasks": min_tasks,
                 "n_boot": n_boot, "seed": seed,
-                "unmeasured_statuses": sorted(UNMEASURED_STATUSES)}
+                "unmeasured_statuses": sorted(UNMEASURED_STATUSES),
+                "detectable_difference": DETECTABLE_DIFFERENCE, "power": POWER}
     methods = {"rate_difference": NEWCOMBE, "p_value": FISHER, "multiple_comparisons": HOLM,
                "loc_ratio": loc_ratio_method(n_boot),
                "pooled_rate_difference": pooled_rate_method(n_boot),
-               "pooled_loc_ratio": pooled_loc_method(n_boot), "consistency": CONSISTENCY}
+               "pooled_rate": pooled_level_method(n_boot),
+               "pooled_loc_ratio": pooled_loc_method(n_boot), "consistency": CONSISTENCY,
+               "pass_k": PASS_K, "runs_needed": power_method(confidence)}
     attributed = [r for r in records if all(name_of(r, k) != "?" for k in ("task", "arm", "model"))]
     result = ArmStats(reference=reference, settings=settings, methods=methods,
                       consistency=consistency(attributed),

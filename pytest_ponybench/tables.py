@@ -64,7 +64,15 @@ def fmt_rate(estimate: Estimate) -> str:
 def fmt_ratio(estimate: Estimate) -> str:
     if estimate.value is None:
         return "too few with code" if "code" in estimate.verdict else "too few data"
+    if estimate.low is None:  # no spread: a value without an interval, never [1.25, 1.25]
+        return f"{estimate.value:.2f}x (no spread)"
     return f"{estimate.value:.2f}x [{estimate.low:.2f}, {estimate.high:.2f}]"
+
+
+def fmt_runs_needed(*estimates: Estimate) -> str:
+    """Runs per arm a power estimate asks for where a difference is inconclusive, or '-'."""
+    needed = [e.runs_needed for e in estimates if getattr(e, "runs_needed", None)]
+    return str(max(needed)) if needed else "-"
 
 
 def fmt_p(estimate: Estimate) -> str:
@@ -77,7 +85,7 @@ def verdict_of(named: Sequence[tuple[str, Estimate]]) -> str:
     """One short line: the findings, or why there is none."""
     findings, too_few = [], []
     for name, estimate in named:
-        if estimate.value is None:
+        if estimate.value is None or estimate.low is None:  # no number, or no interval
             too_few.append(f"{name}: {estimate.verdict}")
         elif estimate.verdict != "no clear difference":
             findings.append(f"{name} {estimate.verdict}")
@@ -161,6 +169,7 @@ def comparison_table(arm_stats: ArmStats) -> Table:
             fmt_ratio(s.loc_ratio),
             verdict_of([("correct", s.correct_diff), ("safe", s.safe_diff),
                         ("LOC", s.loc_ratio)]),
+            fmt_runs_needed(s.correct_diff, s.safe_diff),
         ])
     m = arm_stats.methods
     notes = [
@@ -172,11 +181,13 @@ def comparison_table(arm_stats: ArmStats) -> Table:
         f"LOC verdicts (interval excludes 1) are not adjusted for multiple comparisons.",
         f"Fewer than {arm_stats.settings['min_runs']} runs (or cells with code) on either side: "
         f"no number, \"too few\".",
+        f"runs to detect: where a rate difference is inconclusive, {m['runs_needed']} "
+        f"(the larger of correct and safe).",
     ]
     return Table(f"Arms against `{ref}`, per task", [
         "task", "model", "arm", "runs", "correct Δ [95% CI]", "p (Holm)",
-        "safe Δ [95% CI]", "p (Holm)", "LOC ratio [95% CI]", "verdict"],
-        rows, notes, level=2, numeric={3})
+        "safe Δ [95% CI]", "p (Holm)", "LOC ratio [95% CI]", "verdict", "runs to detect"],
+        rows, notes, level=2, numeric={3, 10})
 
 
 def pooled_table(arm_stats: ArmStats) -> Table:
@@ -190,6 +201,7 @@ def pooled_table(arm_stats: ArmStats) -> Table:
             fmt_ratio(s.loc_ratio),
             verdict_of([("correct", s.correct_diff), ("safe", s.safe_diff),
                         ("LOC", s.loc_ratio)]),
+            fmt_runs_needed(s.correct_diff, s.safe_diff),
         ])
     m = arm_stats.methods
     notes = [
@@ -209,12 +221,15 @@ def consistency_table(arm_stats: ArmStats) -> Table:
     for c in arm_stats.consistency:
         def share(k: int) -> str:
             return f"{k}/{c.tasks} ({k / c.tasks:.0%})" if c.tasks else "-"
+        pass_k = ("-" if c.pass_k is None
+                  else f"pass^{c.pass_k} {c.pass_hat_k:.0%} (pass^1 {c.pass_hat_1:.0%})")
         rows.append([c.arm, c.model, str(c.tasks), share(c.all_passed), share(c.flipped),
-                     share(c.all_failed), c.note])
+                     share(c.all_failed), pass_k, c.note])
     return Table("Consistency", ["arm", "model", "tasks (2+ runs)", "all runs passed",
-                                 "runs disagreed", "all runs failed", "note"],
+                                 "runs disagreed", "all runs failed", "pass^k", "note"],
                  rows, [f"Method: {arm_stats.methods['consistency']}. A run passed when its pytest outcome "
-                        f"passed (or, without one, when it was correct and safe)."],
+                        f"passed (or, without one, when it was correct and safe).",
+                        f"pass^k: {arm_stats.methods['pass_k']}."],
                  level=2, numeric={2})
 
 

@@ -105,7 +105,11 @@ def test_compare_runs_per_task_values_by_hand():
     assert s.safe_diff.p_value == pytest.approx(8 / 56)
     assert s.safe_diff.p_holm == pytest.approx(16 / 56)
     assert s.correct_diff.value == 0 and s.correct_diff.p_value == pytest.approx(1.0)
-    assert s.loc_ratio.value == pytest.approx(1.5) and s.loc_ratio.low == pytest.approx(1.5)
+    # Every run 100 lines old, 150 new: the ratio without an interval (was [1.5, 1.5]).
+    assert s.loc_ratio.value == pytest.approx(1.5)
+    assert (s.loc_ratio.low, s.loc_ratio.high) == (None, None)
+    assert s.loc_ratio.note == "no spread in 4 runs against 4: no interval"
+    assert compare.change_ratio(s.loc_ratio) == "+50% (no spread)"
     (group,) = comparison.groups
     assert group.tasks_new == 1 and group.safe_rate_new.value == pytest.approx(0.25)
     json.dumps(comparison.to_dict(), allow_nan=False)
@@ -153,11 +157,15 @@ def test_min_rate_gate_at_exactly_the_threshold_passes():
 
 
 def test_max_safe_drop_fails_on_a_real_drop():
-    # Every task went from 4/4 safe to 0/4: drop 100 points, interval [-1, -1].
+    # Every task went from 4/4 safe to 0/4: drop 100 points. The bootstrap alone says
+    # [-1, -1] (the old message "[100, 100]"); the Newcombe floor at 0 of 12 against 12 of 12:
+    # high = -1 + sqrt(2) * z^2 / (12 + z^2) = -1 + sqrt(2) * 0.24257 = -0.657, so [66, 100].
     new = three_tasks(safe=([0] * 4, [0] * 4, [0] * 4))
     comparison = compare.compare_runs(three_tasks(), new)
+    change = comparison.groups[0].changes.safe_diff
+    assert change.high == pytest.approx(-1 + math.sqrt(2) * Z95 ** 2 / (12 + Z95 ** 2))
     (failure,) = compare.check_gates(comparison, compare.Gates(max_safe_drop=0.1))
-    assert failure == ("terse / haiku: safe rate fell by 100 percentage points [100, 100] over 3 "
+    assert failure == ("terse / haiku: safe rate fell by 100 percentage points [66, 100] over 3 "
                        "tasks, more than the allowed 10")
 
 
@@ -173,13 +181,34 @@ def test_max_safe_drop_ignores_a_drop_that_may_be_noise():
 
 
 def test_max_loc_increase():
-    # Every task 100 -> 120 lines: ratio 1.2 with interval [1.2, 1.2].
+    # t1 doubled with spread (every run 200 or 210 against 100), t2 and t3 rose 50% without:
+    # geometric mean (2.05 * 1.5 * 1.5)^(1/3) = 4.6125^(1/3) = 1.6646 (+66%). The smallest
+    # resample draws only the 1.5 tasks (p = (2/3)^3 = 8/27 > 2.5%): 1.5 > 1, so the interval
+    # lies above 1 and starts at +50%.
+    new = three_tasks(locs=([200, 210, 200, 210], [150] * 4, [150] * 4))
+    comparison = compare.compare_runs(three_tasks(), new)
+    ratio = comparison.groups[0].changes.loc_ratio
+    assert ratio.value == pytest.approx((2.05 * 1.5 * 1.5) ** (1 / 3))
+    assert ratio.low == pytest.approx(1.5)
+    assert compare.check_gates(comparison, compare.Gates(max_loc_increase=70)) == []
+    (failure,) = compare.check_gates(comparison, compare.Gates(max_loc_increase=10))
+    assert failure.startswith("terse / haiku: LOC rose by 66% [50%, ")
+    assert failure.endswith("(new/old, geometric mean over 3 tasks), more than the allowed 10%")
+
+
+def test_max_loc_increase_without_spread():
+    # Every run of every task 100 -> 120 lines: ratio 1.2 and no interval (was [1.2, 1.2]).
+    # Within the allowed rise the gate passes; beyond it nothing tells the rise from noise:
+    # not evaluated, so it fails unless allowed.
     new = three_tasks(locs=([120] * 4,) * 3)
     comparison = compare.compare_runs(three_tasks(), new)
     assert compare.check_gates(comparison, compare.Gates(max_loc_increase=25)) == []
     (failure,) = compare.check_gates(comparison, compare.Gates(max_loc_increase=10))
-    assert failure == ("terse / haiku: LOC rose by 20% [20%, 20%] (new/old, geometric mean over "
-                       "3 tasks), more than the allowed 10%")
+    assert failure == ("terse / haiku: LOC increase not evaluated: LOC rose by 20% (new/old), "
+                       "more than the allowed 10%, but with no spread in 12 runs against 12 over "
+                       "3 tasks: no interval")
+    assert compare.check_gates(comparison, compare.Gates(max_loc_increase=10),
+                               allow_unevaluated=True) == []
 
 
 def test_max_loc_increase_needs_an_interval_above_zero():
@@ -192,12 +221,19 @@ def test_max_loc_increase_needs_an_interval_above_zero():
     assert compare.check_gates(comparison, compare.Gates(max_loc_increase=10)) == []
 
 
-def test_strict_fails_gates_that_cannot_be_evaluated():
+def test_gates_that_cannot_be_evaluated_fail_unless_allowed():
+    # Was: passed unless strict=True. A gate that cannot look at the data guards nothing.
     comparison = compare.compare_runs(cells("t1", [1, 1]), cells("t1", [1, 1]))
     gates = compare.Gates(max_safe_drop=0.1)
-    assert compare.check_gates(comparison, gates) == []
-    (failure,) = compare.check_gates(comparison, gates, strict=True)
+    (failure,) = compare.check_gates(comparison, gates)
     assert failure.startswith("terse / haiku: safe drop not evaluated: too few tasks to pool")
+    assert compare.check_gates(comparison, gates, allow_unevaluated=True) == []
+    text = compare.format_comparison(comparison, gates)
+    assert "Gates not evaluated (failing; --allow-unevaluated lets them pass):" in text
+    assert "FAILED gates:" in text
+    text = compare.format_comparison(comparison, gates, allow_unevaluated=True)
+    assert "Gates not evaluated (passing: --allow-unevaluated):" in text
+    assert "All gates passed." in text
 
 
 # --------------------------------------------------------------------------- main()
@@ -212,7 +248,8 @@ def test_main_exit_codes(tmp_path, capsys):
 
     assert compare.main([str(old), str(new), "--min-safe-rate", "0.9"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED gates:" in out and "safe rate 0% [0%, 0%]" in out
+    # 0 of 12 safe: the Wilson floor z^2 / (12 + z^2) = 0.2426 (was [0%, 0%]).
+    assert "FAILED gates:" in out and "safe rate 0% [0%, 24%]" in out
 
     assert compare.main([str(old), str(old), "--min-safe-rate", "0.9", "--max-safe-drop", "0.05",
                          "--max-loc-increase", "10"]) == 0
@@ -233,6 +270,63 @@ def test_main_bad_input_exits_2(tmp_path, capsys):
     other = write_run(tmp_path / "other", cells("elsewhere", [1] * 4))
     assert compare.main([str(old), str(other)]) == 2
     assert "share no task x arm x model" in capsys.readouterr().err
+
+
+def test_main_fails_on_unevaluated_gates_unless_allowed_and_strict_is_a_no_op(tmp_path, capsys):
+    old = write_run(tmp_path / "old", cells("t1", [1, 1]))
+    new = write_run(tmp_path / "new", cells("t1", [1, 1]))
+    gate = ["--max-safe-drop", "0.1"]
+    assert compare.main([str(old), str(new), *gate]) == 1
+    default = capsys.readouterr().out
+    assert "safe drop not evaluated" in default and "FAILED gates:" in default
+    assert compare.main([str(old), str(new), *gate, "--strict"]) == 1  # old scripts: same
+    assert capsys.readouterr().out == default
+    assert compare.main([str(old), str(new), *gate, "--allow-unevaluated"]) == 0
+    assert "All gates passed." in capsys.readouterr().out
+    assert compare.main([str(old), str(new), "--strict", "--allow-unevaluated"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_rehearsal_against_real_run_is_refused_unless_allowed(tmp_path, capsys):
+    real = write_run(tmp_path / "real", three_tasks())
+    rehearsed = write_run(tmp_path / "rehearsed",
+                          [dict(r, rehearsal=True) for r in three_tasks()])
+    assert compare.main([str(real), str(rehearsed)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()  # one sentence
+    assert line == (f"ponybench-compare: error: the old run {real} is a real run and the new run "
+                    f"{rehearsed} is a rehearsal (scripted model), so their figures do not "
+                    f"compare; pass --allow-rehearsal-mix to compare them anyway")
+    with pytest.raises(compare.RunError, match="--allow-rehearsal-mix"):
+        compare.compare_runs(rehearsed, real)
+
+    assert compare.main([str(real), str(rehearsed), "--allow-rehearsal-mix"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == [f"old: {real}", f"new: {rehearsed} (REHEARSAL: scripted model)",
+                       "REHEARSAL MIX (--allow-rehearsal-mix): one run is a rehearsal with a "
+                       "scripted model and the other a real run; the changes below measure that "
+                       "difference, not the change you made."]
+
+
+def test_rehearsal_is_read_from_summary_json_too(tmp_path, capsys):
+    real = write_run(tmp_path / "real", three_tasks())
+    rehearsed = write_run(tmp_path / "rehearsed", three_tasks())
+    (rehearsed / "summary.json").write_text(json.dumps({"rehearsal": True, "rows": []}))
+    assert compare.main([str(rehearsed), str(real)]) == 2
+    assert "the old run" in capsys.readouterr().err
+    # Two rehearsals compare, and the header says what they are.
+    also = write_run(tmp_path / "also", [dict(r, rehearsal=True) for r in three_tasks()])
+    assert compare.main([str(rehearsed / "results.jsonl"), str(also)]) == 0
+    out = capsys.readouterr().out
+    assert "Both runs are rehearsals" in out and "REHEARSAL MIX" not in out
+    # A summary.json that says it is not a rehearsal (or says nothing) is a real run.
+    (rehearsed / "summary.json").write_text(json.dumps({"rehearsal": False}))
+    comparison = compare.compare_runs(rehearsed, real)
+    assert (comparison.rehearsal_old, comparison.rehearsal_new) == (False, False)
+    (rehearsed / "summary.json").write_text("{broken")
+    assert compare.main([str(rehearsed), str(real)]) == 2
+    assert f"{rehearsed / 'summary.json'}: cannot read" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option, value, message", [

@@ -100,8 +100,13 @@ def test_markdown_tables(tmp_path):
     assert by_task["t1"][4:9] == ["+100 pp [+31, +100]", "0.0286 (0.171)", "+0 pp [-49, +49]",
                                   "1 (1)", "0.50x [0.42, 0.60]"]
     assert by_task["t1"][9] == "LOC fewer lines"
-    assert by_task["t2"][8:] == ["0.80x [0.80, 0.80]", "LOC fewer lines"]
-    assert by_task["t3"][8:] == ["1.00x [1.00, 1.00]", "no clear difference"]
+    # t2, t3: every run of both sides has the same LOC: a ratio without an interval.
+    no_spread = "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
+    assert by_task["t2"][8:10] == ["0.80x (no spread)", no_spread]
+    assert by_task["t3"][8:10] == ["1.00x (no spread)", no_spread]
+    # Inconclusive at 4 runs: from a reference rate of 100% (or 0%), 35 runs per arm would
+    # detect a 20 pp difference (worked out in test_stats.py's power tests).
+    assert by_task["t2"][10] == by_task["t3"][10] == "35"
     assert by_task["t4"][4] == "too few runs"
     assert by_task["t4"][9] == "too few runs to conclude: terse 1, baseline 0 (need 3 per side)"
     assert "Holm-Bonferroni" in md and "(6 tests)" in md and "Newcombe" in md
@@ -110,14 +115,20 @@ def test_markdown_tables(tmp_path):
     # Per-task correct differences 1, 0, 0: mean +33 pp; no within-task spread, so resampling
     # 3 tasks gives K/3 with P(K=0) = 8/27, P(K=3) = 1/27 (both > 2.5%): interval [0, 100].
     # LOC: geometric mean of 0.5, 0.8, 1.0 = 0.4 ** (1/3) = 0.737.
+    # Terse correct 12 of 12: the Wilson floor 12 / (12 + z^2) = 0.757 (not [100%, 100%]).
+    # Safe 12 of 12 on both sides: Newcombe [-(1 - 0.757), +(1 - 0.757)] = [-24, +24].
     (row,) = rows
-    assert row[:5] == ["haiku", "terse", "3", "100% [100%, 100%]", "+33 pp [+0, +100]"]
+    assert row[:7] == ["haiku", "terse", "3", "100% [76%, 100%]", "+33 pp [+0, +100]",
+                       "100% [76%, 100%]", "+0 pp [-24, +24]"]
     assert row[7].startswith("0.74x [")
 
     _, rows = table_rows(md, "Consistency")
+    # pass^4: baseline C(0,4)/C(4,4) = 0 on t1, 1 on t2 and t3: 2/3; pass^1 the same here.
     assert rows == [
-        ["baseline", "haiku", "3", "2/3 (67%)", "0/3 (0%)", "1/3 (33%)", ""],
-        ["terse", "haiku", "3", "3/3 (100%)", "0/3 (0%)", "0/3 (0%)", ""],
+        ["baseline", "haiku", "3", "2/3 (67%)", "0/3 (0%)", "1/3 (33%)",
+         "pass^4 67% (pass^1 67%)", ""],
+        ["terse", "haiku", "3", "3/3 (100%)", "0/3 (0%)", "0/3 (0%)",
+         "pass^4 100% (pass^1 100%)", ""],
     ]
     assert "## How to read" in md
 

@@ -31,6 +31,13 @@ def cells(task, arm, outcomes, model="haiku", locs=None):
             for i, ((c, s), loc) in enumerate(zip(outcomes, locs))]
 
 
+def wilson(x, n):
+    """The Wilson score interval by its formula (x may be fractional: effective counts)."""
+    z2 = Z95 ** 2
+    centre, half = (x + z2 / 2) / (n + z2), Z95 / (n + z2) * math.sqrt(x * (n - x) / n + z2 / 4)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def fisher_by_hand(x1, n1, x2, n2):
     """Two-sided Fisher p: the sum of hypergeometric probabilities of all tables with the same
     margins that are no more likely than the observed one."""
@@ -183,10 +190,24 @@ def test_loc_ratio_interval_matches_exact_bootstrap_distribution():
         assert at_most(endpoint) >= level - 0.01
 
 
-def test_loc_ratio_without_spread_has_a_point_interval():
+def test_loc_ratio_without_spread_has_no_interval():
+    # Was (0.5, 0.5, 0.5) with verdict "fewer lines": a zero-width interval from 3 runs a side
+    # claims a certainty the runs cannot carry. Now the ratio stays and the interval goes.
     estimate = stats.loc_ratio([30, 30, 30], [60, 60, 60], n=3, n_ref=3)
-    assert (estimate.value, estimate.low, estimate.high) == (0.5, 0.5, 0.5)
-    assert estimate.verdict == "fewer lines"
+    assert (estimate.value, estimate.low, estimate.high) == (0.5, None, None)
+    assert estimate.verdict == estimate.note == "no spread in 3 runs against 3: no interval"
+    assert "no interval where the bootstrap has no spread" in estimate.method
+
+
+def test_loc_ratio_with_rare_outlier_has_no_interval_either():
+    # One run of 10 has 20 lines, the rest 10. A resampled median of 10 draws moves above 10
+    # only when 5 or more draws are the outlier: P(Binomial(10, 0.1) >= 5), about 0.0016, far
+    # below 2.5%. So both percentile ends are ratio 1: no spread, though the runs vary.
+    tail = sum(math.comb(10, k) * 0.1 ** k * 0.9 ** (10 - k) for k in range(5, 11))
+    assert tail < 0.025
+    estimate = stats.loc_ratio([10] * 9 + [20], [10] * 10, n=10, n_ref=10)
+    assert (estimate.value, estimate.low, estimate.high) == (1.0, None, None)
+    assert estimate.note == "no spread in the resampled medians of 10 runs against 10: no interval"
 
 
 def test_loc_ratio_too_few_delivered_code():
@@ -233,7 +254,19 @@ def test_pooled_rate_difference_exact_task_level_quantile():
         pairs[name] = (cells(name, "a", [(0, 1)] * 3), cells(name, "b", [(0, 1)] * 3))
     estimate, _ = stats.pooled_rate_difference(pairs, "correct")
     assert estimate.value == pytest.approx(0.25)
-    assert (estimate.low, estimate.high) == (0.0, 0.75)
+    # The bootstrap gives [0, 0.75]; the interval is its hull with Newcombe at the pooled
+    # rates 0.25 and 0, each over Kish's effective runs 4^2 / (1/10 + 3 * 1/3) = 16 / 1.1 =
+    # 14.545 (updated: the lower end was exactly 0 before the floor). By hand:
+    # Wilson(0.25 n, n): centre (3.636 + 1.921) / 18.387 = 0.30221, half 0.10659 * 1.92035 =
+    # 0.20469, so l1 = 0.09752; Wilson(0, n) upper = z^2 / (n + z^2) = 0.20892.
+    # low = 0.25 - sqrt(0.15248^2 + 0.20892^2) = 0.25 - 0.25865 = -0.00865; the Newcombe upper
+    # end (about 0.5) is inside the bootstrap's 0.75.
+    n_eff = 16 / 1.1
+    l1, _u1 = wilson(0.25 * n_eff, n_eff)
+    _l2, u2 = wilson(0, n_eff)
+    low = 0.25 - math.sqrt((0.25 - l1) ** 2 + u2 ** 2)
+    assert low == pytest.approx(-0.00865, abs=5e-5)
+    assert estimate.low == pytest.approx(low, abs=1e-12) and estimate.high == 0.75
 
 
 def test_pooled_loc_ratio_is_geometric_mean_and_exact_without_spread():
@@ -270,7 +303,173 @@ def test_pooled_rate_level():
     assert 0 <= estimate.low <= 0.5 <= estimate.high <= 1
 
 
+# --------------------------------------------------------------------------- pooled at the edges
+
+
+def all_pass_and_all_fail(tasks=5, runs=4):
+    pairs = {}
+    for t in range(tasks):
+        name = f"t{t}"
+        pairs[name] = (cells(name, "a", [(1, 1)] * runs), cells(name, "b", [(0, 1)] * runs))
+    return pairs
+
+
+def test_effective_runs_by_hand():
+    assert stats.effective_runs([4] * 5) == pytest.approx(20)  # equal counts: all the runs
+    # 2 and 8 runs: 2^2 / (1/2 + 1/8) = 4 / 0.625 = 6.4, fewer than the 10 runs, because the
+    # equal-weight mean leans on the task with 2 runs as much as on the one with 8.
+    assert stats.effective_runs([2, 8]) == pytest.approx(6.4)
+
+
+def test_pooled_level_all_passing_is_not_certain():
+    # 5 tasks x 4 runs, all correct. The bootstrap alone gives [100%, 100%] (every resample of
+    # an all-pass task passes). Floor: Wilson of 20 of 20: low = 20 / (20 + z^2) = 20 / 23.8415
+    # = 0.8389, high 1.
+    by_task = {t: records for t, (records, _ref) in all_pass_and_all_fail().items()}
+    estimate = stats.pooled_rate(by_task, "correct")
+    assert estimate.value == 1.0
+    assert estimate.low == pytest.approx(20 / (20 + Z95 ** 2), abs=1e-12)
+    assert round(estimate.low, 4) == 0.8389 and estimate.high == 1.0
+    assert "Wilson" in estimate.method and "Kish" in estimate.method
+    # All failing mirrors it: [0, z^2 / (20 + z^2)] = [0, 0.1611].
+    failing = {t: ref for t, (_records, ref) in all_pass_and_all_fail().items()}
+    estimate = stats.pooled_rate(failing, "correct")
+    assert (estimate.value, estimate.low) == (0.0, 0.0)
+    assert estimate.high == pytest.approx(Z95 ** 2 / (20 + Z95 ** 2), abs=1e-12)
+
+
+def test_pooled_level_floor_uses_effective_runs():
+    # Two tasks, all passing, 2 and 8 runs: Kish 6.4 runs, low = 6.4 / (6.4 + z^2) = 0.6249
+    # (with all 10 runs it would be 10 / 13.8415 = 0.7225: too sure of the 2-run task).
+    by_task = {"t1": cells("t1", "a", [(1, 1)] * 2), "t2": cells("t2", "a", [(1, 1)] * 8)}
+    estimate = stats.pooled_rate(by_task, "safe")
+    assert estimate.low == pytest.approx(6.4 / (6.4 + Z95 ** 2), abs=1e-12)
+    assert round(estimate.low, 4) == 0.6249
+
+
+def test_pooled_difference_all_pass_against_all_fail_is_not_certain():
+    # Was +100 pp [+100, +100]. Newcombe at 20 of 20 against 0 of 20: the Wilson ends are
+    # l1 = 20 / (20 + z^2) and u2 = z^2 / (20 + z^2) = 0.16113, so
+    # low = 1 - sqrt((1 - l1)^2 + u2^2) = 1 - sqrt(2) * 0.16113 = 0.7721; high = 1.
+    estimate, used = stats.pooled_rate_difference(all_pass_and_all_fail(), "correct")
+    assert len(used) == 5 and estimate.value == 1.0
+    u2 = Z95 ** 2 / (20 + Z95 ** 2)
+    assert estimate.low == pytest.approx(1 - math.sqrt(2) * u2, abs=1e-12)
+    assert round(estimate.low, 4) == 0.7721 and estimate.high == 1.0
+    assert estimate.verdict == "higher"
+    assert "Newcombe" in estimate.method and "hierarchical" in estimate.method
+    # The same rates on both sides: no difference, but not [0, 0] either: Newcombe at 20 of 20
+    # against 20 of 20 is [-(1 - l), 1 - l] = [-0.1611, 0.1611].
+    same = {t: (records, records) for t, (records, _ref) in all_pass_and_all_fail().items()}
+    estimate, _ = stats.pooled_rate_difference(same, "correct")
+    assert (estimate.low, estimate.high) == (pytest.approx(-u2), pytest.approx(u2))
+    assert estimate.verdict == "no clear difference"
+
+
+def test_pooled_difference_keeps_the_wider_bootstrap_end():
+    # One task of three fell 4/4 -> 0/4, the others stayed 4/4: difference -1/3. Newcombe at
+    # 8 of 12 against 12 of 12 ends below 0 by hand: Wilson(8, 12) upper 0.86189, so
+    # high = -1/3 + sqrt((0.86189 - 2/3)^2 + (1 - 12/15.8415)^2) = -1/3 + 0.31137 = -0.0220.
+    # The bootstrap (which can leave the fallen task out, p = 8/27) reaches 0: the hull keeps 0.
+    pairs = {"t1": (cells("t1", "a", [(0, 1)] * 4), cells("t1", "b", [(1, 1)] * 4))}
+    for t in ("t2", "t3"):
+        pairs[t] = (cells(t, "a", [(1, 1)] * 4), cells(t, "b", [(1, 1)] * 4))
+    _l1, u1 = wilson(8, 12)
+    newcombe_high = -1 / 3 + math.sqrt((u1 - 2 / 3) ** 2 + (1 - 12 / (12 + Z95 ** 2)) ** 2)
+    assert newcombe_high == pytest.approx(-0.0220, abs=1e-4)
+    estimate, _ = stats.pooled_rate_difference(pairs, "correct")
+    assert estimate.value == pytest.approx(-1 / 3) and estimate.high == 0.0
+    assert estimate.verdict == "no clear difference"
+
+
+def test_pooled_loc_ratio_without_spread_has_no_interval():
+    # Every run of every task: 120 lines against 100. Was 1.20x [1.20, 1.20].
+    pairs = {t: (cells(t, "a", [(1, 1)] * 4, locs=[120] * 4),
+                 cells(t, "b", [(1, 1)] * 4, locs=[100] * 4)) for t in ("t1", "t2", "t3")}
+    estimate, used = stats.pooled_loc_ratio(pairs)
+    assert used == ["t1", "t2", "t3"]
+    assert (estimate.value, estimate.low, estimate.high) == (pytest.approx(1.2), None, None)
+    assert estimate.note == estimate.verdict == "no spread in 12 runs against 12 over 3 tasks: no interval"
+
+
+# --------------------------------------------------------------------------- power
+
+
+@pytest.mark.parametrize("reference_rate, runs", [
+    # n = (z_a sqrt(2 pbar qbar) + z_b sqrt(p1 q1 + p2 q2))^2 / 0.2^2, z_a 1.95996, z_b 0.84162
+    # 50% -> 70% (or 30%): pbar 0.6: (1.95996 * 0.69282 + 0.84162 * 0.67823)^2 / 0.04 =
+    # (1.35790 + 0.57082)^2 / 0.04 = 92.999 -> 93, the textbook figure.
+    (0.5, 93),
+    # 100% -> 80% only: pbar 0.9: (1.95996 * 0.42426 + 0.84162 * 0.4)^2 / 0.04 =
+    # (0.83154 + 0.33665)^2 / 0.04 = 34.12 -> 35.
+    (1.0, 35),
+    (0.0, 35),
+    # 90% -> 70% (110% is out): pbar 0.8: (1.95996 * 0.56569 + 0.84162 * 0.54772)^2 / 0.04 =
+    # (1.10872 + 0.46098)^2 / 0.04 = 61.60 -> 62.
+    (0.9, 62),
+    # 30%: up to 50% needs 93 (pbar 0.4, as 50 -> 70), down to 10% needs 62: the larger, 93.
+    (0.3, 93),
+    (None, 93),  # no reference run: 50% assumed
+])
+def test_runs_to_detect_by_hand(reference_rate, runs):
+    assert stats.runs_to_detect(reference_rate) == runs
+
+
+def test_runs_needed_where_inconclusive_and_none_on_a_finding():
+    # Inconclusive: 2/4 against 2/4, reference rate 50%: 93 runs per arm.
+    assert stats.rate_difference(2, 4, 2, 4).runs_needed == 93
+    # Too few runs (reference 0 of 4): from 0%, 35 runs per arm.
+    assert stats.rate_difference(2, 2, 0, 4).runs_needed == 35
+    # In a report: task1 10/10 against 0/10 is a finding after Holm (p = 2 / C(20,10) x 2):
+    # no runs_needed; its safe difference (10/10 against 10/10) is inconclusive: 35.
+    records = cells("task1", "arm", [(1, 1)] * 10) + cells("task1", "baseline", [(0, 1)] * 10)
+    report = stats.arm_stats(records)
+    (comparison,) = report.comparisons
+    assert comparison.stats.correct_diff.verdict == "higher"
+    assert comparison.stats.correct_diff.runs_needed is None
+    assert comparison.stats.safe_diff.runs_needed == 35
+    assert report.settings["detectable_difference"] == 0.2 and report.settings["power"] == 0.8
+    assert "two-proportion normal approximation" in report.methods["runs_needed"]
+
+
 # --------------------------------------------------------------------------- consistency
+
+
+def pass_hat_by_enumeration(outcomes_per_task, k):
+    """The share of k-subsets of each task's runs in which every run passed, averaged."""
+    shares = []
+    for outcomes in outcomes_per_task:
+        subsets = list(itertools.combinations(outcomes, k))
+        shares.append(sum(all(s) for s in subsets) / len(subsets))
+    return sum(shares) / len(shares)
+
+
+def test_pass_k_by_hand_and_by_enumeration():
+    # Runs (passed of measured): 4 of 4, 3 of 4, 4 of 5; k = 4, the smallest count.
+    # C(4,4)/C(4,4) = 1; C(3,4)/C(4,4) = 0; C(4,4)/C(5,4) = 1/5: pass^4 = 1.2 / 3 = 0.4.
+    # pass^1 = (1 + 0.75 + 0.8) / 3 = 0.85.
+    outcomes = {"t1": [1, 1, 1, 1], "t2": [1, 1, 0, 1], "t3": [1, 0, 1, 1, 1]}
+    records = []
+    for task, runs in outcomes.items():
+        records += cells(task, "arm", [(o, 1) for o in runs])
+    records += cells("single", "arm", [(0, 1)])  # one run: not in pass^k (nor in `tasks`)
+    records.append(record("t1", "arm", 0, 0, status="not_run", passed=False))  # not measured
+    (row,) = stats.consistency(records)
+    assert row.pass_k == 4 and row.tasks == 3 and row.single_run_tasks == 1
+    assert row.pass_hat_k == pytest.approx(0.4)
+    assert row.pass_hat_k == pytest.approx(pass_hat_by_enumeration(outcomes.values(), 4))
+    assert row.pass_hat_1 == pytest.approx(0.85)
+    assert "C(c, k) / C(n, k)" in row.pass_k_method
+    # Every run of every task passing: pass^k = 1; the share of all-pass tasks agrees.
+    (row,) = stats.consistency(cells("a", "arm", [(1, 1)] * 3) + cells("b", "arm", [(1, 1)] * 5))
+    assert (row.pass_k, row.pass_hat_k, row.pass_hat_1, row.share_all_passed) == (3, 1.0, 1.0, 1.0)
+
+
+def test_pass_k_without_tasks_of_two_runs_is_none():
+    (row,) = stats.consistency(cells("a", "arm", [(1, 1)]))
+    assert (row.pass_k, row.pass_hat_k, row.pass_hat_1) == (None, None, None)
+    json.dumps(stats.arm_stats(cells("a", "arm", [(1, 1)])).to_dict(), allow_nan=False)
+
 
 
 def test_consistency_counts_tasks_by_agreement():
