@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from . import stats
+from . import stats, tables
+from .rundir import RESULTS
 from .options import parse_number
 from .stats import Estimate, PairStats, PooledStats
 
-RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
 LABELS = ("new", "old")
 
@@ -301,37 +301,6 @@ def check_gates(comparison: Comparison, gates: Gates, *,
 # --------------------------------------------------------------------------- text output
 
 
-def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
-    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
-
-
-def rate_pair(old: float | None, new: float | None) -> str:
-    def one(v):
-        return "-" if v is None else f"{v:.0%}"
-    return f"{one(old)} -> {one(new)}"
-
-
-def change_points(estimate: Estimate) -> str:
-    if estimate.value is None:
-        return "too few runs"
-    text = (f"{estimate.value * 100:+.0f} pp [{estimate.low * 100:+.0f}, "
-            f"{estimate.high * 100:+.0f}]")
-    return text + (f" p={estimate.p_holm:.2g}" if estimate.p_holm is not None else "")
-
-
-def change_ratio(estimate: Estimate) -> str:
-    if estimate.value is None:
-        return "too few with code"
-    if estimate.low is None:
-        return f"{(estimate.value - 1) * 100:+.0f}% (no spread)"
-    return (f"{(estimate.value - 1) * 100:+.0f}% [{(estimate.low - 1) * 100:+.0f}%, "
-            f"{(estimate.high - 1) * 100:+.0f}%]")
-
-
 def header(comparison: Comparison) -> list[str]:
     """The runs compared, each marked when it is a rehearsal, and a warning on a mix."""
     def mark(rehearsal: bool) -> str:
@@ -351,34 +320,9 @@ def header(comparison: Comparison) -> list[str]:
 def format_comparison(comparison: Comparison, gates: Gates | None = None, *,
                       allow_unevaluated: bool = False) -> str:
     """The comparison as plain text, and the gates' outcome when ``gates`` is given."""
-    out = header(comparison) + ["", "Per task (new against old):"]
-    rows = []
-    for c in comparison.cells:
-        s = c.stats
-        rows.append([c.task, c.arm, c.model, f"{s.n_reference} / {s.n}",
-                     rate_pair(s.correct_rate_reference, s.correct_rate),
-                     change_points(s.correct_diff),
-                     rate_pair(s.safe_rate_reference, s.safe_rate), change_points(s.safe_diff),
-                     f"{stats_fmt(s.loc_median_reference)} -> {stats_fmt(s.loc_median)}",
-                     change_ratio(s.loc_ratio)])
-    out.append(text_table(["task", "arm", "model", "runs old/new", "correct", "change",
-                           "safe", "change", "LOC median", "LOC change"], rows))
-    out += ["", "Per arm and model, pooled over tasks (each task counts once):"]
-    rows = []
-    for g in comparison.groups:
-        ch = g.changes
-        rows.append([g.arm, g.model, str(g.tasks_new), str(len(ch.tasks_rates)) if ch else "0",
-                     pooled_rate_text(g.correct_rate_new),
-                     change_points(ch.correct_diff) if ch else "-",
-                     pooled_rate_text(g.safe_rate_new),
-                     change_points(ch.safe_diff) if ch else "-",
-                     change_ratio(ch.loc_ratio) if ch else "-"])
-    out.append(text_table(["arm", "model", "tasks", "in both", "correct (new)", "change",
-                           "safe (new)", "change", "LOC change"], rows))
-    m = comparison.methods
-    out += ["", f"Changes are new minus old with 95% intervals. Per task: {m['rate_change']}; "
-                f"p: {m['p_value']}, {m['multiple_comparisons']}; LOC: {m['loc_ratio']}. "
-                f"Pooled: {m['pooled_rate_change']}; LOC: {m['pooled_loc_ratio']}."]
+    out = header(comparison) + [""]
+    for table in (tables.change_table(comparison), tables.pooled_change_table(comparison)):
+        out += tables.text_table(table, indent="") + [""]
     if comparison.only_old:
         out.append(f"Only in the old run: {', '.join(comparison.only_old)}")
     if comparison.only_new:
@@ -398,16 +342,6 @@ def format_comparison(comparison: Comparison, gates: Gates | None = None, *,
         else:
             out.append("All gates passed.")
     return "\n".join(out) + "\n"
-
-
-def stats_fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:g}"
-
-
-def pooled_rate_text(estimate: Estimate) -> str:
-    if estimate.value is None:
-        return "-"
-    return f"{estimate.value:.0%} [{estimate.low:.0%}, {estimate.high:.0%}]"
 
 
 # --------------------------------------------------------------------------- command line

@@ -272,3 +272,63 @@ def header_lines(records: Sequence[dict], reference: str) -> list[str]:
         lines.append(f"{unattributed} records lack a task, arm or model (shown under `?`) and "
                      f"are left out of the comparisons.")
     return lines
+
+
+# --------------------------------------------------------------------------- run against run (compare)
+
+
+def rate_pair(old: float | None, new: float | None) -> str:
+    def one(v):
+        return "-" if v is None else f"{v:.0%}"
+    return f"{one(old)} -> {one(new)}"
+
+
+def change_points(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "too few runs"
+    text = (f"{estimate.value * 100:+.0f} pp [{estimate.low * 100:+.0f}, "
+            f"{estimate.high * 100:+.0f}]")
+    return text + (f" p={estimate.p_holm:.2g}" if estimate.p_holm is not None else "")
+
+
+def change_ratio(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "too few with code"
+    if estimate.low is None:
+        return f"{(estimate.value - 1) * 100:+.0f}% (no spread)"
+    return (f"{(estimate.value - 1) * 100:+.0f}% [{(estimate.low - 1) * 100:+.0f}%, "
+            f"{(estimate.high - 1) * 100:+.0f}%]")
+
+
+def change_table(comparison) -> Table:
+    """ponybench-compare, per task x arm x model: new against old."""
+    rows = []
+    for c in comparison.cells:
+        s = c.stats
+        rows.append([c.task, c.arm, c.model, f"{s.n_reference} / {s.n}",
+                     rate_pair(s.correct_rate_reference, s.correct_rate),
+                     change_points(s.correct_diff),
+                     rate_pair(s.safe_rate_reference, s.safe_rate), change_points(s.safe_diff),
+                     f"{fmt_number(s.loc_median_reference, 1)} -> {fmt_number(s.loc_median, 1)}",
+                     change_ratio(s.loc_ratio)])
+    return Table("Per task (new against old):",
+                 ["task", "arm", "model", "runs old/new", "correct", "change", "safe", "change",
+                  "LOC median", "LOC change"], rows)
+
+
+def pooled_change_table(comparison) -> Table:
+    """ponybench-compare, per arm x model pooled over tasks (each task counts once)."""
+    rows = []
+    for g in comparison.groups:
+        ch = g.changes
+        rows.append([g.arm, g.model, str(g.tasks_new), str(len(ch.tasks_rates)) if ch else "0",
+                     fmt_rate(g.correct_rate_new), change_points(ch.correct_diff) if ch else "-",
+                     fmt_rate(g.safe_rate_new), change_points(ch.safe_diff) if ch else "-",
+                     change_ratio(ch.loc_ratio) if ch else "-"])
+    m = comparison.methods
+    notes = [f"Changes are new minus old with 95% intervals. Per task: {m['rate_change']}; "
+             f"p: {m['p_value']}, {m['multiple_comparisons']}; LOC: {m['loc_ratio']}. "
+             f"Pooled: {m['pooled_rate_change']}; LOC: {m['pooled_loc_ratio']}."]
+    return Table("Per arm and model, pooled over tasks (each task counts once):",
+                 ["arm", "model", "tasks", "in both", "correct (new)", "change", "safe (new)",
+                  "change", "LOC change"], rows, notes)

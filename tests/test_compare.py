@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import compare
+from pytest_ponybench import compare, tables
 
 REPO = Path(__file__).resolve().parents[1]
 Z95 = 1.959963984540054
@@ -109,7 +109,7 @@ def test_compare_runs_per_task_values_by_hand():
     assert s.loc_ratio.value == pytest.approx(1.5)
     assert (s.loc_ratio.low, s.loc_ratio.high) == (None, None)
     assert s.loc_ratio.note == "no spread in 4 runs against 4: no interval"
-    assert compare.change_ratio(s.loc_ratio) == "+50% (no spread)"
+    assert tables.change_ratio(s.loc_ratio) == "+50% (no spread)"
     (group,) = comparison.groups
     assert group.tasks_new == 1 and group.safe_rate_new.value == pytest.approx(0.25)
     json.dumps(comparison.to_dict(), allow_nan=False)
