@@ -211,10 +211,8 @@ class Controller:
     # ---------------------------------------------------------------- gathering
 
     def pytest_collection_finish(self, session):
-        from .collect import CellItem
-
-        if not hasattr(session.config, "workerinput"):
-            self.announce([i.identity for i in session.items if isinstance(i, CellItem)])
+        if not hasattr(session.config, "workerinput"):  # without xdist: this process collected
+            self.announce([getattr(i, "identity", None) for i in session.items])
 
     def announce(self, cells: list) -> None:
         """Before the first cell: how many cells, and what they may cost going by earlier runs."""
