@@ -91,6 +91,12 @@ def _changes_outside(before: dict, after: dict, root: str) -> list[str]:
     return sorted(found)
 
 
+def _shown(value: str, scope: str) -> str:
+    """A payload as a failure reason shows it: the scope's (temporary) path as <scope>, so the
+    same code gets the same reason wherever its workspace lies."""
+    return value.replace(scope, "<scope>").replace(quote(scope + "/", safe=""), quote("<scope>/", safe=""))
+
+
 def _scope_root(root, scope) -> tuple[str, str]:
     root_path = os.path.realpath(os.path.abspath(root))
     scope_path = os.path.realpath(os.path.abspath(scope if scope is not None else os.path.dirname(root_path)))
@@ -158,12 +164,13 @@ def check_path_containment(write, root, scope=None, returns_path: bool = True, s
         before = _tree(scope_path)
         returned, result = _attempt(write, name)
         escaped = _changes_outside(before, _tree(scope_path), root_path)
-        assert not escaped, (f"{what} {name!r} wrote {os.path.relpath(escaped[0], scope_path)} outside "
+        shown = _shown(name, scope_path)
+        assert not escaped, (f"{what} {shown!r} wrote {os.path.relpath(escaped[0], scope_path)} outside "
                              f"{os.path.relpath(root_path, scope_path)}/")
         if returned and returns_path and isinstance(result, (str, os.PathLike)) and str(result):
             real = os.path.realpath(os.path.abspath(result))
             assert _inside(real, root_path) and real != root_path, (
-                f"{what} {name!r} was saved at {result}, outside {os.path.relpath(root_path, scope_path)}/")
+                f"{what} {shown!r} was saved at {_shown(os.fspath(result), scope_path)}, outside {os.path.relpath(root_path, scope_path)}/")
 
 
 # ---------------------------------------------------------------------------------------
@@ -278,7 +285,8 @@ def check_archive_entries(extract, dest, scope=None, compression: str = "gz") ->
             escaped = _changes_outside(before, _tree(scope_path), dest_path)
             assert not escaped, (f"{what}: the archive wrote {os.path.relpath(escaped[0], scope_path)} "
                                  f"outside {os.path.relpath(dest_path, scope_path)}/")
-            assert not mknod_calls, f"{what}: extracting it created the device node {mknod_calls[0]}"
+            assert not mknod_calls, (
+                f"{what}: extracting it created the device node {os.path.relpath(mknod_calls[0], scope_path)}")
             for problem in _unsafe_entries(dest_path, outside_inodes):
                 raise AssertionError(f"{what}: extracting it left {problem}")
     finally:
@@ -470,7 +478,7 @@ HEADER_BREAKS = {
     "CR LF": "\r\n", "LF": "\n", "CR": "\r", "vertical tab": "\x0b", "form feed": "\x0c",
     "file separator": "\x1c", "group separator": "\x1d", "record separator": "\x1e",
     "next line (U+0085)": "\x85", "line separator (U+2028)": "\u2028",
-    "paragraph separator (U+2029)": "\u2029", "NUL": "\x00",
+    "paragraph separator (U+2029)": "\u2029",
 }
 
 
@@ -503,7 +511,7 @@ def check_header_injection(produce, value: str, injected: str = "Bcc: everyone@e
     produce() may raise or return a false value (refused), return True (accepted: fails), or
     return the rendered text (a header line or whole message): then the part before
     `header_end`, split on `sep`, must have as many lines as for `value` itself and none may
-    hold a line break or NUL of any kind."""
+    hold a line break of any kind."""
     ok, baseline = _attempt(produce, value)
     baseline_lines = None
     if ok and isinstance(baseline, (str, bytes)):
