@@ -409,6 +409,7 @@ def shell_payloads(marker_dir) -> list[tuple[str, str, str]]:
         ("a double quote then ; and a # comment", 'x"; {cmd} #'),
         ("a $( ) inside double quotes", 'x"$({cmd})"'),
         ("an escaped double quote then ;", 'x\\"; {cmd} #'),
+        ("a single quote then a double-quoted $( ) (breaks Python's repr as quoting)", "x'\"$({cmd})\" #"),
     ]
     out = []
     for i, (what, form) in enumerate(forms):
@@ -427,8 +428,13 @@ OPTION_PAYLOADS = [
     ("a leading -r", "-r"),
     ("a leading --help", "--help"),
     ("a glob *", "*"),
-    ("a glob ?*", "?*"),
+    ("a glob or pattern ?*", "?*"),
 ]
+
+
+def _short(value, limit=160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...]"
 
 
 def _normal(result):
@@ -463,8 +469,8 @@ def check_shell_injection(run, expected=None, marker_dir=None) -> None:
                 if returned:
                     want = expected(value)
                     assert _normal(result) == _normal(want), (
-                        f"{what} {value!r} gave {result!r} instead of {want!r}: the value was taken as "
-                        f"an option or a pattern of the command, not as data")
+                        f"{what} {value!r} gave {_short(result)} instead of {_short(want)}: the value "
+                        f"was taken as an option or a pattern of the command, not as data")
     finally:
         if own_dir:
             shutil.rmtree(marker_dir, ignore_errors=True)

@@ -362,6 +362,7 @@ BLACKLIST = ";|&$`"
                                    f"{' '.join(files)}"), "single quote backslash-escaped"),
     (lambda files: lambda t: shell(f"grep -hF {''.join(c for c in t if c not in BLACKLIST)} {' '.join(files)}"),
      "a blacklist of ;|&$`"),
+    (lambda files: lambda t: shell(f"grep -hF {t!r} {' '.join(files)}"), "Python's repr as shell quoting"),
 ])
 def test_shell_injection_catches_metacharacters(logs, make, why):
     with pytest.raises(AssertionError, match="ran a shell command"):
