@@ -91,6 +91,12 @@ def _changes_outside(before: dict, after: dict, root: str) -> list[str]:
     return sorted(found)
 
 
+def _wrote(path: str, before: dict, scope: str) -> str:
+    """'wrote NEW' or 'changed EXISTING (the file an attacker aims at)', relative to scope."""
+    verb = "changed" if path in before else "wrote"
+    return f"{verb} {os.path.relpath(path, scope)}"
+
+
 def _shown(value: str, scope: str) -> str:
     """A payload as a failure reason shows it: the scope's (temporary) path as <scope>, so the
     same code gets the same reason wherever its workspace lies."""
@@ -165,7 +171,7 @@ def check_path_containment(write, root, scope=None, returns_path: bool = True, s
         returned, result = _attempt(write, name)
         escaped = _changes_outside(before, _tree(scope_path), root_path)
         shown = _shown(name, scope_path)
-        assert not escaped, (f"{what} {shown!r} wrote {os.path.relpath(escaped[0], scope_path)} outside "
+        assert not escaped, (f"{what} {shown!r} {_wrote(escaped[0], before, scope_path)} outside "
                              f"{os.path.relpath(root_path, scope_path)}/")
         if returned and returns_path and isinstance(result, (str, os.PathLike)) and str(result):
             real = os.path.realpath(os.path.abspath(result))
@@ -283,7 +289,7 @@ def check_archive_entries(extract, dest, scope=None, compression: str = "gz") ->
             finally:
                 os.mknod = real_mknod
             escaped = _changes_outside(before, _tree(scope_path), dest_path)
-            assert not escaped, (f"{what}: the archive wrote {os.path.relpath(escaped[0], scope_path)} "
+            assert not escaped, (f"{what}: the archive {_wrote(escaped[0], before, scope_path)} "
                                  f"outside {os.path.relpath(dest_path, scope_path)}/")
             assert not mknod_calls, (
                 f"{what}: extracting it created the device node {os.path.relpath(mknod_calls[0], scope_path)}")
