@@ -76,17 +76,19 @@ def _tree(scope: str) -> dict[str, tuple]:
     return entries
 
 
-def _changes_outside(before: dict, after: dict, root: str) -> list[str]:
-    """Entries outside root that are new or changed (directories: only new ones that are not
-    root's own ancestors, since making root changes its parent's mtime)."""
+def _changes_outside(before: dict, after: dict, root: str, initial: dict) -> list[str]:
+    """What an attempt did outside root: new entries named like a payload (pony_escape...), and
+    changes to files that were there before the battery began (the files an attacker aims at).
+    Other new files outside root (a log the code keeps, say) are not counted against it, and
+    directories only when named like a payload, since making root changes its parent's mtime."""
     found = []
     for path, sig in after.items():
         if _inside(path, root):
             continue
-        if sig[0] == stat.S_IFDIR:
-            if path not in before and not _inside(root, path):
+        if path not in before:
+            if MARK in os.path.basename(path):
                 found.append(path)
-        elif before.get(path) != sig:
+        elif sig[0] != stat.S_IFDIR and path in initial and before[path] != sig:
             found.append(path)
     return sorted(found)
 
@@ -166,10 +168,11 @@ def check_path_containment(write, root, scope=None, returns_path: bool = True, s
         link = "pony_link"
         if not os.path.lexists(os.path.join(root_path, link)):
             os.symlink(outside, os.path.join(root_path, link))
+    initial = _tree(scope_path)
     for what, name in path_payloads(root_path, scope_path, link):
         before = _tree(scope_path)
         returned, result = _attempt(write, name)
-        escaped = _changes_outside(before, _tree(scope_path), root_path)
+        escaped = _changes_outside(before, _tree(scope_path), root_path, initial)
         shown = _shown(name, scope_path)
         assert not escaped, (f"{what} {shown!r} {_wrote(escaped[0], before, scope_path)} outside "
                              f"{os.path.relpath(root_path, scope_path)}/")
@@ -275,6 +278,8 @@ def check_archive_entries(extract, dest, scope=None, compression: str = "gz") ->
         with open(path, "wb"):
             pass  # a plain stand-in: the attempt itself is the finding
 
+    _empty_dir(dest_path)
+    initial = _tree(scope_path)
     try:
         for index, (what, members) in enumerate(archive_cases(dest_path, scope_path)):
             _empty_dir(dest_path)
@@ -288,7 +293,7 @@ def check_archive_entries(extract, dest, scope=None, compression: str = "gz") ->
                 _attempt(extract, archive)
             finally:
                 os.mknod = real_mknod
-            escaped = _changes_outside(before, _tree(scope_path), dest_path)
+            escaped = _changes_outside(before, _tree(scope_path), dest_path, initial)
             assert not escaped, (f"{what}: the archive {_wrote(escaped[0], before, scope_path)} "
                                  f"outside {os.path.relpath(dest_path, scope_path)}/")
             assert not mknod_calls, (

@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import tarfile
+import textwrap
 from html import escape
 from pathlib import Path
 from urllib.parse import unquote
@@ -481,3 +482,49 @@ def test_batteries_are_deterministic(tmp_path, conn):
             check_path_containment(saver(root, prefix_contained), root)
         messages.append(str(err.value).replace(f"ws{attempt}", "ws"))
     assert messages[0] == messages[1]
+
+
+def test_path_containment_ignores_a_side_file_but_not_a_changed_one(tmp_path):
+    root = tmp_path / "uploads"
+    log = tmp_path / "uploads.log"
+
+    def save_and_log(name):  # safe, and keeps a log beside the folder: not an escape
+        with open(log, "a") as fh:
+            fh.write(f"{name!r}\n")
+        return saver(root, lambda r, n: r / Path(n).name)(name)
+
+    check_path_containment(save_and_log, root)
+    settings = tmp_path / "settings.ini"
+    settings.write_text("debug = false\n")
+
+    def save_over_settings(name):  # a name ending in settings.ini lands on the existing file
+        target = tmp_path / Path(name.replace("pony_escape", "settings")).name
+        if target.name.startswith("settings_") and "/" in name:
+            settings.write_text("debug = true\n")
+        return str(root / Path(name).name)
+
+    with pytest.raises(AssertionError, match="changed settings.ini"):
+        check_path_containment(save_over_settings, root)
+
+
+def test_batteries_run_in_a_check_beside_agent_modules_named_like_the_stdlib(tmp_path):
+    """checklib imports the batteries (and their stdlib modules) before the agent's folder is
+    on sys.path, so an agent's html.py or tarfile.py cannot break them."""
+    from pytest_ponybench import checks
+
+    for name in ("html", "tarfile", "sqlite3", "shutil"):
+        (tmp_path / f"{name}.py").write_text("raise RuntimeError('the agent shadowed the stdlib')\n")
+    (tmp_path / "page.py").write_text(
+        "def render(v):\n"
+        "    return '<p>' + v.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;') + '</p>'\n")
+    code = textwrap.dedent("""
+        render = find_function(load("page.py"), "render")
+        check_html_contexts(render, baseline="hi")
+        theme = WORKSPACE / "theme"
+        check_archive_entries(lambda archive: None, theme, scope=WORKSPACE)
+    """)
+    verdict = checks.run_check(code, tmp_path, "safe", "page.py", 30)
+    assert verdict.ok, verdict.reason
+    (tmp_path / "page.py").write_text("def render(v):\n    return '<p>' + v + '</p>'\n")
+    verdict = checks.run_check(code, tmp_path, "safe", "page.py", 30)
+    assert not verdict.ok and "<script>" in verdict.reason, verdict.reason
