@@ -136,6 +136,7 @@ def path_payloads(root, scope=None, symlink: str | None = None) -> list[tuple[st
         ("a URL-encoded slash (..%2f)", "..%2f{n}"),
         ("a URL-encoded backslash (..%5c)", "..%5c{n}"),
         ("a double-URL-encoded ../ (%252e%252e%252f)", "%252e%252e%252f{n}"),
+        ("a full-width ../ that Unicode NFKC turns into ../", "\uff0e\uff0e\uff0f{n}"),
         ("an absolute path", os.path.join(parent, "{n}")),
         ("an absolute path with a doubled leading slash", "/" + os.path.join(parent, "{n}")),
         ("a URL-encoded absolute path", quote(parent + "/", safe="") + "{n}"),
@@ -348,10 +349,12 @@ def sql_payloads(known=()) -> list[tuple[str, str]]:
             out += [(f"a known name cut short by a {style}-quote -- comment", f"{name}{q} --"),
                     (f"a known name cut short by a {style}-quote /* comment", f"{name}{q}/*"),
                     (f"a near-miss name with a {style}-quote OR", f"{name}x{q} OR {q}{q}={q}")]
-    out += [("a LIKE wildcard %", "%"), ("a LIKE wildcard _", "_")]
+    out += [("a LIKE wildcard %", "%"), ("a LIKE wildcard _", "_"), ("a GLOB wildcard *", "*")]
     for name in known:
         out += [(f"a LIKE pattern matching {name}", name[0] + "%"),
-                (f"a LIKE pattern with _ matching {name}", "_" + name[1:])]
+                (f"a LIKE pattern with _ matching {name}", "_" + name[1:]),
+                (f"a GLOB pattern matching {name}", name[0] + "*"),
+                (f"a GLOB pattern with ? matching {name}", "?" + name[1:])]
     return out
 
 

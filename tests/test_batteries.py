@@ -60,6 +60,13 @@ def decoded_after_check(root, name):
     return os.path.join(root, unquote(name))
 
 
+def nfkc_after_check(root, name):
+    import unicodedata
+    if ".." in name or name.startswith("/") or "%" in name or "\\" in name:
+        raise Refused(name)
+    return os.path.join(root, unicodedata.normalize("NFKC", name))
+
+
 def backslashes_after_check(root, name):
     if ".." in Path(name).parts:
         raise Refused(name)
@@ -86,6 +93,7 @@ def normpath_commonpath(root, name):  # lexical only: fine until a symlink sits 
     (prefix_contained, "string-prefix containment"),
     (decoded_after_check, "URL-decoded after the check"),
     (backslashes_after_check, "backslashes turned into slashes after the check"),
+    (nfkc_after_check, "Unicode-normalised after the check"),
 ])
 def test_path_containment_catches(tmp_path, to_target, why):
     root = tmp_path / "uploads"
@@ -288,6 +296,7 @@ def row(conn, sql, *params):
     (lambda c, v: row(c, "SELECT * FROM users WHERE username = '%s'" % v.replace(" OR ", " ")),
      "a blacklist of ' OR '"),
     (lambda c, v: row(c, "SELECT * FROM users WHERE username LIKE ?", v), "LIKE with a parameter"),
+    (lambda c, v: row(c, "SELECT * FROM users WHERE username GLOB ?", v), "GLOB with a parameter"),
     (lambda c, v: c.executescript(f"SELECT * FROM users WHERE username = '{v}'") and None,
      "executescript"),
 ])
