@@ -10,10 +10,11 @@ Shared rules:
 - Refusing is safe: the code under test may raise ANY exception (its own class included) for a
   hostile input. The one exception is `check_sql_lookup`: the database's own error means the
   input reached the SQL parser.
-- Deterministic: the same code gets the same verdict. Payloads are fixed lists, never random.
+- Deterministic: the same code gets the same verdict, and the same reason (a temporary path
+  shows as <scope> or $TMP). Payloads are fixed lists, never random.
 - Contained: every payload is built so that what an unsafe implementation writes lands inside
-  `scope` (the check's workspace by default), where the battery looks for it; nothing climbs
-  further up.
+  `scope` (the folder's parent by default; the shipped tasks pass WORKSPACE), where the battery
+  looks for it; nothing climbs further up, which matters when checks run as root.
 
 Batteries (each with a `*_payloads` function listing its inputs, for checks that judge
 differently):
