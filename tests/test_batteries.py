@@ -197,6 +197,25 @@ def test_archive_entries_catch(tmp_path, make, what):
         check_archive_entries(make(dest), dest)
 
 
+def test_archive_entries_catch_a_write_through_a_duplicate_name(tmp_path):
+    dest = tmp_path / "theme"
+
+    def flat_bundles_links_cleaned_after(archive):  # flat names only; outward links removed afterwards
+        try:
+            with tarfile.open(archive) as tar:
+                for m in tar.getmembers():
+                    if "/" in m.name or m.name.startswith("..") or not (m.isreg() or m.issym()):
+                        raise Refused(m.name)
+                    tar.extract(m, dest, filter="fully_trusted")
+        finally:
+            for path in dest.iterdir():
+                if path.is_symlink() and not path.resolve().is_relative_to(dest.resolve()):
+                    path.unlink()
+
+    with pytest.raises(AssertionError, match="duplicate names: a symlink out.*changed pony_secret.txt"):
+        check_archive_entries(flat_bundles_links_cleaned_after, dest)
+
+
 def test_archive_entries_catch_a_fifo(tmp_path):
     dest = tmp_path / "theme"
 
