@@ -34,8 +34,8 @@ import io
 import os
 import re
 import shutil
-import sqlite3
 import stat
+import sys
 import tarfile
 import tempfile
 import time
@@ -382,11 +382,15 @@ def check_sql_lookup(lookup, conn, known=()) -> None:
     """Call lookup(value) with every `sql_payloads` value (none names a row): each must find
     nothing, and the database must not change. A sqlite3 error is NOT a refusal here: it means
     the value reached the SQL parser. Any other exception is."""
+    # The caller made `conn`, so sqlite3 is loaded; not importing it here keeps every check's
+    # start-up cheaper (its C library is the costliest import of this module).
+    sqlite = sys.modules.get("sqlite3")
+    db_errors = (sqlite.Error, sqlite.Warning) if sqlite is not None else ()
     content = _db_content(conn)
     for what, value in sql_payloads(known):
         try:
             result = lookup(value)
-        except (sqlite3.Error, sqlite3.Warning) as exc:
+        except db_errors as exc:
             raise AssertionError(f"{what} {value!r} broke the SQL query ({exc}): the value becomes "
                                  f"part of the SQL") from None
         except Exception:
