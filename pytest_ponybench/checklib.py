@@ -22,6 +22,9 @@ Names:
 - `wait_port(port, timeout=10, process=None)`: wait for a listener on 127.0.0.1:port
 - `http(method, url, body=None, headers=None, timeout=5)`: `(status, headers, body bytes)`;
   an HTTP error status is returned, not raised
+- the hostile-input batteries of `batteries.py` (`check_path_containment`,
+  `check_archive_entries`, `check_sql_lookup`, `check_shell_injection`,
+  `check_header_injection`, `check_html_contexts`, and their payload lists)
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from . import batteries
 
 WORKSPACE = Path.cwd()
 _counter = itertools.count()
@@ -130,4 +135,5 @@ def namespace(entry: str | None) -> dict:
         "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
         "start_process": start_process, "http": http,
+        **{name: getattr(batteries, name) for name in batteries.NAMES},
     }
