@@ -160,6 +160,8 @@ def score_cell(cell: Cell, ws: Path) -> dict:
         record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws), answer))
     if record["ran"]:
         verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout)
+        # Files the ticket says not to change: touching one fails correct, with the file named.
+        verdicts = checks.with_forbidden(verdicts, checks.forbidden_edits(task, ws))
     else:
         # What an agent left behind when it never ran properly does not count as its answer.
         verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
