@@ -22,6 +22,8 @@ Names:
 - `wait_port(port, timeout=10, process=None)`: wait for a listener on 127.0.0.1:port
 - `http(method, url, body=None, headers=None, timeout=5)`: `(status, headers, body bytes)`;
   an HTTP error status is returned, not raised
+- `notes_app_regressions(ordered=True, server=True)`: re-test the notes-app fixture's existing
+  behaviour (see regressions.py), for fixture tasks
 """
 from __future__ import annotations
 
@@ -125,9 +127,12 @@ def cleanup() -> None:
 
 
 def namespace(entry: str | None) -> dict:
+    from .regressions import notes_app_regressions  # it uses this module's helpers
+
     return {
         "__name__": "__ponybench_check__", "Path": Path,
         "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
         "start_process": start_process, "http": http,
+        "notes_app_regressions": notes_app_regressions,
     }

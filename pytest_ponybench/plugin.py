@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, instruments, options, procs, summary
+from . import agent, instruments, options, procs, strength, summary
 from .cell import STATUS_ARM_UNPROVEN, Cell, CellContext, read_identity
 from .cell import identity as cell_identity
 from .collect import TaskFile, TasksDir, arm_placeholder, never_ran
@@ -22,7 +22,24 @@ from .session import RunSession, cost_history, new_run_dir, spent, usd
 from .spec import ArmSpec, SpecError, TaskSpec, load_arms, load_task, model_ids, resolve_model
 
 STATE = pytest.StashKey["PonybenchState"]()
+SELFTESTS = pytest.StashKey["SelftestTally"]()
 BUDGET_REACHED = "budget reached"
+
+
+@dataclass
+class SelftestTally:
+    """What the session ran, for the check-strength section of a `-m selftest` session
+    (a plugin object: the controller sees every worker's reports too)."""
+    tasks: set[str] = field(default_factory=set)  # tasks whose references were proven
+    other: bool = False  # anything but a selftest ran: not a selftest session
+
+    def pytest_runtest_logreport(self, report):
+        if report.when != "call":
+            return
+        if "selftest" not in report.keywords:
+            self.other = True
+        elif report.nodeid.split("::")[-1].startswith("selftest-"):
+            self.tasks.add(Path(report.nodeid.split("::")[0]).stem)
 
 
 @dataclass
@@ -109,6 +126,8 @@ def pytest_configure(config):
     settings = options.settings(config)
     state = PonybenchState(settings=settings)
     config.stash[STATE] = state
+    config.stash[SELFTESTS] = tally = SelftestTally()
+    config.pluginmanager.register(tally, "ponybench-selftest-tally")
     try:
         state.model_ids = model_ids(settings.model_ids)
         if settings.enabled:
@@ -312,6 +331,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    _strength_section(terminalreporter, config)
     state = state_of(config)
     if state.session is None:
         return
@@ -333,6 +353,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             tr.write_line(line)
         tr.write_line("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
                       "cost, tokens, LOC and rates above say nothing about any real model.", yellow=True, bold=True)
+
+
+def _strength_section(tr, config) -> None:
+    """After a `-m selftest` session: per task, how many variants under tests/variants/ the
+    checks catch and accept (see strength.py)."""
+    tally = config.stash.get(SELFTESTS, None)
+    variants_dir = Path(config.rootpath) / strength.VARIANTS_DIR
+    if tally is None or not tally.tasks or tally.other or is_worker(config) or not variants_dir.is_dir():
+        return
+    settings = state_of(config).settings
+    tasks = strength.load_tasks(settings.tasks_dir, settings.fixtures_dir, tally.tasks)
+    try:
+        strengths = strength.measure(tasks, variants_dir)
+    except SpecError as exc:
+        tr.write_sep("=", "check strength")
+        tr.write_line(f"variants not loaded: {exc}", red=True)
+        return
+    if not strengths:
+        return
+    tr.write_sep("=", "check strength (tests/variants)")
+    for line in strength.table_lines(strengths):
+        tr.write_line(line, red=line.startswith("  "))
 
 
 def arm_proof_lines(records: list[dict]) -> list[str]:
