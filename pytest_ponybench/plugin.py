@@ -26,7 +26,7 @@ SELFTESTS = pytest.StashKey["SelftestTally"]()
 BUDGET_REACHED = "budget reached"
 
 
-@dataclass
+@dataclass(eq=False)  # registered as a plugin object, which must be hashable
 class SelftestTally:
     """What the session ran, for the check-strength section of a `-m selftest` session
     (a plugin object: the controller sees every worker's reports too)."""
