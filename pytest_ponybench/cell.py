@@ -165,7 +165,7 @@ def score_cell(cell: Cell, ws: Path) -> dict:
         record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws),
                                          workspace.seed_manifest(ws, task.seed), answer))
     if record["ran"]:
-        verdicts = run_checks(task, ws)
+        verdicts = judge(task, ws)
     else:
         # What an agent left behind when it never ran properly does not count as its answer.
         verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
@@ -185,14 +185,16 @@ def score_cell(cell: Cell, ws: Path) -> dict:
     return record
 
 
-def run_checks(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
-    """Each axis's check in its own disposable copy of the workspace: a check that writes (or
-    code under test that does) can neither touch the kept workspace nor the other axis."""
+def judge(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
+    """The verdict of every check on a workspace, the one way cells, references and variants
+    are judged. Each axis's check runs in its own disposable copy of the workspace: a check
+    that writes (or code under test that does) can neither touch the kept workspace nor the
+    other axis. A file the ticket says not to change, changed, fails correct, named."""
     verdicts = {}
     for axis, code in task.checks.items():
         with workspace.disposable_copy(ws, f"check-{axis}") as copy:
             verdicts[axis] = checks.run_check(code, copy, axis, task.file, task.check_timeout)
-    return verdicts
+    return checks.with_forbidden(verdicts, checks.forbidden_edits(task, ws))
 
 
 def failure_line(record: dict) -> str | None:

@@ -25,6 +25,8 @@ Names:
 - the hostile-input batteries of `batteries.py` (`check_path_containment`,
   `check_archive_entries`, `check_sql_lookup`, `check_shell_injection`,
   `check_header_injection`, `check_html_contexts`, and their payload lists)
+- `notes_app_regressions(ordered=True, server=True)`: re-test the notes-app fixture's existing
+  behaviour (see regressions.py), for fixture tasks
 """
 from __future__ import annotations
 
@@ -130,10 +132,13 @@ def cleanup() -> None:
 
 
 def namespace(entry: str | None) -> dict:
+    from .regressions import notes_app_regressions  # it uses this module's helpers
+
     return {
         "__name__": "__ponybench_check__", "Path": Path,
         "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
         "start_process": start_process, "http": http,
         **{name: getattr(batteries, name) for name in batteries.NAMES},
+        "notes_app_regressions": notes_app_regressions,
     }

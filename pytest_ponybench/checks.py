@@ -16,8 +16,12 @@ import tempfile
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import procs
+
+if TYPE_CHECKING:  # the check child imports this module: keep it free of the spec's YAML
+    from .spec import TaskSpec
 
 OUTPUT_EXCERPT = 2000  # characters of a failed check's output kept in its reason
 FILE_SIZE_LIMIT = 64 * 1024 * 1024  # a check (and the code it runs) writes no larger file
@@ -61,6 +65,35 @@ def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout:
 
 def run_checks(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float) -> dict[str, Verdict]:
     return {axis: run_check(code, workspace, axis, entry, timeout) for axis, code in checks.items()}
+
+
+def forbidden_edits(task: TaskSpec, workspace: Path) -> Verdict | None:
+    """A failed `correct` verdict naming the files of `task.forbidden` the agent changed,
+    deleted or replaced (compared with what was seeded: the seed's text, else the fixture's
+    file); None when every forbidden file is as it was seeded."""
+    touched = []
+    for rel in task.forbidden:
+        if rel in task.seed:
+            seeded = task.seed[rel].encode("utf-8")
+        else:
+            seeded = (task.fixture / rel).read_bytes()
+        target = Path(workspace) / rel
+        if not target.is_file():
+            touched.append(f"{rel} (deleted)")
+        elif target.read_bytes() != seeded:
+            touched.append(rel)
+    if not touched:
+        return None
+    return Verdict(False, f"changed {', '.join(touched)}, which the ticket says not to change")
+
+
+def with_forbidden(verdicts: dict[str, Verdict], forbidden: Verdict | None) -> dict[str, Verdict]:
+    """The verdicts with a forbidden edit folded into `correct` (keeping the check's own reason)."""
+    if forbidden is None:
+        return verdicts
+    check = verdicts.get("correct")
+    reason = forbidden.reason if check is None or check.ok else f"{forbidden.reason}; {check.reason}"
+    return {**verdicts, "correct": Verdict(False, reason)}
 
 
 def _reason(exc: BaseException) -> str:

@@ -14,7 +14,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import checks, procs, workspace
+from . import cell, procs, workspace
 from .spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
 
@@ -24,7 +24,7 @@ def prove_reference(task: TaskSpec, side: str) -> str | None:
     with tempfile.TemporaryDirectory(prefix=f"ponybench-ref-{task.name}-") as tmp:
         ws = Path(tmp)
         workspace.seed(task, ws, files=getattr(refs, side))
-        verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout)
+        verdicts = cell.judge(task, ws)  # exactly as a cell is judged, forbidden edits included
     if side == "good":
         failed = [f"{axis}: {v.reason}" for axis, v in verdicts.items() if not v.ok]
         return f"{task.path}: the good reference fails its checks ({'; '.join(failed)})" if failed else None

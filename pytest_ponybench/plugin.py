@@ -95,6 +95,10 @@ def pytest_configure(config):
     settings = options.settings(config)
     state = PonybenchState(settings=settings)
     config.stash[STATE] = state
+    if not is_worker(config):
+        from .strength import StrengthSection
+
+        config.pluginmanager.register(StrengthSection(settings), "ponybench-check-strength")
     try:
         state.model_ids = model_ids(settings.model_ids)
         if settings.enabled:

@@ -38,6 +38,7 @@ TASK_FIELDS = {
     "tags": "list of markers, e.g. [safety, python]",
     "check_timeout": "seconds each check may run (default 30)",
     "rehearsal": "{relative path: content} the scripted model writes in rehearsal",
+    "forbidden": "seeded or fixture files the ticket says not to change (changing one fails correct)",
 }
 ARM_FIELDS = {
     "description": "one line for humans",
@@ -74,6 +75,7 @@ class TaskSpec:
     rehearsal: dict[str, str] = field(default_factory=dict)
     description: str = ""
     spec_hash: str = ""
+    forbidden: tuple[str, ...] = ()  # files the ticket says not to change
 
     @property
     def kind(self) -> str:
@@ -230,6 +232,25 @@ def _refs(path: Path, raw: dict, entry: str | None) -> Refs | None:
     return Refs(good=sides["good"], bad=sides["bad"], axis=axis)
 
 
+def _forbidden(path: Path, raw: dict, seed: dict[str, str], fixture: Path | None) -> tuple[str, ...]:
+    """Files the ticket says not to change: each must be one the workspace starts with, so a
+    typo cannot silently forbid nothing."""
+    value = raw.get("forbidden")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"{path}: field 'forbidden': must be a list of workspace-relative file paths")
+    names = []
+    for rel in value:
+        rel = check_relative(path, "forbidden", rel)
+        if rel not in seed and (fixture is None or not (fixture / rel).is_file()):
+            where = "the seed or the fixture" if fixture is not None else "the seed"
+            raise SpecError(f"{path}: field 'forbidden': '{rel}' is not a file of {where}; "
+                            f"list files the workspace starts with")
+        names.append(rel)
+    return tuple(names)
+
+
 def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
     path = Path(path)
     raw = _read_mapping(path)
@@ -275,11 +296,13 @@ def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
         raise SpecError(f"{path}: field 'check_timeout': must be a positive number of seconds")
     seed = _files(path, raw, "seed")
     rehearsal = _files(path, raw, "rehearsal")
+    forbidden = _forbidden(path, raw, seed, fixture)
     description = raw.get("description") or ""
     return TaskSpec(
         name=name, path=path, prompt=prompt, file=entry, seed=seed, fixture=fixture, open=open_,
         checks=dict(checks), refs=refs, tags=tuple(tags), check_timeout=float(timeout),
         rehearsal=rehearsal, description=str(description), spec_hash=_short_hash(raw),
+        forbidden=forbidden,
     )
 
 
