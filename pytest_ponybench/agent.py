@@ -109,7 +109,7 @@ def build_argv(claude: str, prompt: str, model_id: str, append: str, plugin_dir:
 
 
 def agent_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")}
+    env = {k: v for k, v in procs.environ_snapshot().items() if k not in ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")}
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     env["DISABLE_TELEMETRY"] = "1"
     env.update(overrides or {})

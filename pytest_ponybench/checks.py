@@ -1,10 +1,11 @@
 """Running a task's checks: untrusted code, in a child process, with a time limit.
 
 The check imports what the agent wrote, and that code may loop, exit, fork, crash or flood
-its output. So each check runs as `python -m pytest_ponybench.checks` in its own session,
-with the workspace as working directory, output to a bounded file, a cap on the size of any
-file it writes, and a deadline after which the whole process group is killed. The verdict
-comes back through a JSON file, never through stdout, which the agent's code controls.
+its output. So each check runs in its own process and session, forked from the warm fork
+server of `procs` (the check helpers already imported: no interpreter start per check), with
+the workspace as working directory, output to a bounded file, a cap on the size of any file
+it writes, and a deadline after which the whole process tree is killed. The verdict comes
+back through a JSON file, never through stdout, which the agent's code controls.
 """
 from __future__ import annotations
 
@@ -37,19 +38,17 @@ def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout:
     """Run one check against a workspace and return its verdict; never raises for agent faults."""
     with tempfile.TemporaryDirectory(prefix="ponybench-check-") as tmp:
         tmpdir = Path(tmp)
-        (tmpdir / "check.py").write_text(code, encoding="utf-8")
         verdict_path = tmpdir / "verdict.json"
         output_path = tmpdir / "output.txt"
         env = {
-            **os.environ,
+            **procs.environ_snapshot(),  # cells may run in threads beside pytest's main thread
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace
             "PYTHONHASHSEED": "0",
         }
-        argv = procs.python_module("pytest_ponybench.checks") + [
-            str(tmpdir / "check.py"), str(verdict_path), axis, entry or ""]
         with open(output_path, "wb") as out:
-            proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL,
-                               stdout=out, stderr=subprocess.STDOUT, max_file_size=FILE_SIZE_LIMIT)
+            proc = procs.start_call("pytest_ponybench.checks:run_here", [code, str(verdict_path), entry or ""],
+                                    cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, max_file_size=FILE_SIZE_LIMIT)
             timed_out = procs.wait_or_kill(proc, timeout)
         if timed_out:
             return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
@@ -110,14 +109,14 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def _child_main(argv: list[str]) -> None:
-    """The child: run the check code with the helper API, write the verdict, leave at once."""
-    code_path, verdict_path, axis, entry = argv
+def run_here(code: str, verdict_path: str, entry: str) -> None:
+    """The check's own process (forked, in the workspace): run the check code with the
+    helper API, write the verdict, leave at once."""
     from . import checklib  # with its imports, before an agent's json.py or http.py can shadow them
 
+    sys.dont_write_bytecode = True  # no __pycache__ left in the kept workspace
+    checklib.WORKSPACE = Path.cwd()  # the module was imported once, in the fork server's directory
     sys.path.insert(0, os.getcwd())  # the agent's modules import each other by name
-
-    code = Path(code_path).read_text(encoding="utf-8")
     try:
         exec(compile(code, "<check>", "exec"), checklib.namespace(entry or None))
         verdict = {"ok": True, "reason": "ok"}
@@ -133,5 +132,5 @@ def _child_main(argv: list[str]) -> None:
     os._exit(0)  # skip atexit handlers the agent's code may have registered
 
 
-if __name__ == "__main__":
-    _child_main(sys.argv[1:])
+if __name__ == "__main__":  # by hand: python -m pytest_ponybench.checks CHECK.py VERDICT.json [ENTRY]
+    run_here(Path(sys.argv[1]).read_text(encoding="utf-8"), sys.argv[2], (sys.argv[3:] or [""])[0])

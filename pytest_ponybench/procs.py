@@ -1,23 +1,38 @@
-"""Children that cannot outlive their cell.
+"""Children that cannot outlive their cell, started cheaply.
 
-Every program the harness starts (the agent, a check) runs under a small supervisor, this
-module run as `python -m pytest_ponybench.procs -- ARGV...`, which:
+Every program the harness starts (the agent, a check) runs under a supervisor that:
 
 - leads a new session, so its process group holds what the program forks;
 - is a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so a descendant that escapes the
   group with `setsid` and loses its parent is re-parented to the supervisor, not to init;
-- gets SIGTERM when the harness process dies (`PR_SET_PDEATHSIG`), even by SIGKILL, so a
-  killed pytest worker or controller cannot leave an agent running and spending;
 - on SIGTERM, or when the program exits, kills every descendant it has, then exits.
 
-The harness waits on the supervisor; at a deadline, a Ctrl-C or an exception it sends
-SIGTERM (the supervisor sweeps its descendants), then SIGKILLs the whole group as a net.
+Supervisors are not new Python interpreters. Each harness process (the controller, an xdist
+worker) starts one *fork server* on first use: `python -m pytest_ponybench.procs --serve`,
+with the check helpers already imported. For each program the server forks a supervisor,
+which forks the program (an `exec`, or for a check the check itself, run in the forked
+process with `checklib` warm). So a child costs two forks, not two interpreter starts.
+
+When the harness dies, even by SIGKILL, the kernel closes its end of the server's socket:
+the server reads end-of-file, sends SIGTERM to every supervisor (each sweeps its tree) and
+exits. Supervisors also get SIGTERM if the server itself dies (`PR_SET_PDEATHSIG`).
+
+The harness waits on a pipe only the supervisor holds, with the deadline as the timeout of
+one `select` (no polling): the supervisor writes the program's exit code to it after its
+sweep. At a deadline, a Ctrl-C or an exception the harness sends SIGTERM (the supervisor
+sweeps its descendants), then SIGKILLs the whole group as a net. The server reaps each
+supervisor only after killing what is left of its group, so a group id is never reused
+while anyone may still signal it.
 """
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import select
+import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +40,17 @@ import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def environ_snapshot() -> dict[str, str]:
+    """A copy of this process's environment that is safe in a thread: copying `os.environ`
+    looks each key up after listing them, and pytest's main thread sets and deletes
+    PYTEST_CURRENT_TEST around every test phase (a KeyError when it lands in between)."""
+    while True:
+        try:
+            return dict(os.environ)
+        except KeyError:
+            continue
 
 
 def python_module(module: str) -> list[str]:
@@ -37,39 +63,225 @@ def python_module(module: str) -> list[str]:
     return [sys.executable, "-c", boot]
 
 
-SUPERVISOR = python_module("pytest_ponybench.procs")
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRACE = 5.0  # seconds the supervisor gets to sweep its descendants before the group is SIGKILLed
+KILLED = 137  # the exit code reported when a supervisor died without saying its program's
+# Modules the server imports once, so that a forked check finds them warm: the helper API
+# and its standard-library imports, loaded before an agent's json.py could shadow them.
+WARM_MODULES = ("pytest_ponybench.checklib", "pytest_ponybench.checks")
+MESSAGE_LIMIT = 4 * 1024 * 1024  # bytes of one request (argv, environment, check code)
 
-_live: set[int] = set()
+_live: set["Child"] = set()
 _lock = threading.Lock()
 
 
-def _limits(max_file_size: int):
-    """A preexec function: no file larger than `max_file_size` (a flood cannot fill the disk),
-    and no core dumps."""
-    def apply() -> None:
-        import resource
+# --- the harness side ----------------------------------------------------------------------
 
-        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_size, max_file_size))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
+class Child:
+    """A program started under a supervisor. `pid` is the supervisor's: its session and
+    process group id. Waiting reads the supervisor's status pipe; nothing polls.
+
+    Safe across threads: the thread running the cell waits, while a signal handler or another
+    thread may signal it (`send_signal`, `alive`), which goes through a pidfd and never
+    touches the status pipe."""
+
+    def __init__(self, pid: int, status_fd: int, stdout=None):
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdout = stdout
+        self._status = status_fd
+        self._waiting = threading.Lock()  # one reader of the status pipe at a time
+        try:  # a handle on this very process: a signal through it never hits a reused pid
+            self._pidfd = os.pidfd_open(pid)
+        except (OSError, AttributeError):  # already gone, or no pidfd (old kernel)
+            self._pidfd = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        with self._waiting:
+            if self.returncode is None:
+                self._read_status(timeout)
+        return self.returncode
+
+    def _read_status(self, timeout: float | None) -> None:
+        ready, _, _ = select.select([self._status], [], [], timeout)
+        if not ready:
+            raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout)
+        data = b""
+        while chunk := os.read(self._status, 64):  # the code, then end-of-file at its exit
+            data += chunk
+        os.close(self._status)
+        try:  # the first line: a SIGTERM during the final sweep may add its own code
+            self.returncode = int(data.split()[0])
+        except (ValueError, IndexError):  # killed before it could say
+            self.returncode = KILLED
+        with _lock:  # its tree is gone: swept by the supervisor, or by the server after it
+            _live.discard(self)
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs (or while another thread is waiting on it)."""
+        if not self._waiting.acquire(blocking=False):
+            return self.returncode
+        try:
+            if self.returncode is None:
+                self._read_status(0)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            self._waiting.release()
+        return self.returncode
+
+    def alive(self) -> bool:
+        """Whether the supervisor has not exited. While it has not, it is not reaped, so its
+        pid is still its group's id and signalling the group is safe."""
+        if self._pidfd is None:
+            return self.returncode is None
+        try:
+            return not select.select([self._pidfd], [], [], 0)[0]
+        except (OSError, ValueError):  # closed meanwhile: gone
+            return False
+
+    def send_signal(self, signum: int) -> None:
+        try:
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            elif self.returncode is None:
+                os.kill(self.pid, signum)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+    def __del__(self):
+        for fd in (self._pidfd, None if self.returncode is not None else self._status):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+class _Server:
+    """This process's fork server and the socket to it."""
+
+    def __init__(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = environ_snapshot()
+        # The server must find this package even where the environment's PYTHONPATH lacks it.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_PARENT, env.get("PYTHONPATH")]))
+        env["PYTHONHASHSEED"] = "0"  # forked checks inherit the server's hashing: reproducible
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ left in a kept workspace
+        # Its own session: a Ctrl-C at the terminal reaches the harness, which decides.
+        self.proc = subprocess.Popen(python_module("pytest_ponybench.procs") + ["--serve", str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], start_new_session=True, env=env,
+                                     stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.sock = ours
+        self.owner = os.getpid()
+        self.lock = threading.Lock()
+
+    def request(self, message: dict, fds: list[int]) -> dict:
+        data = json.dumps(message).encode()
+        with self.lock:
+            socket.send_fds(self.sock, [data], fds)
+            reply = self.sock.recv(65536)
+        if not reply:
+            raise ConnectionError("the ponybench fork server exited")
+        return json.loads(reply)
+
+    def close(self) -> None:
+        self.sock.close()  # the server reads end-of-file, stops its trees and exits
+        try:
+            self.proc.wait(timeout=GRACE + 1)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a wedged server
+            self.proc.kill()
+            self.proc.wait()
+
+
+_server: _Server | None = None
+_server_lock = threading.Lock()
+
+
+def _server_for_this_process(fresh: bool = False) -> _Server:
+    global _server
+    with _server_lock:
+        if fresh or _server is None or _server.owner != os.getpid() or _server.proc.poll() is not None:
+            _server = _Server()
+        return _server
+
+
+def stop_server() -> None:
+    """Stop this process's fork server (it also stops by itself when this process dies)."""
+    global _server
+    with _server_lock:
+        server, _server = _server, None
+    if server is not None and server.owner == os.getpid():
+        server.close()
+
+
+def _fd_of(stream, default: int, opened: list) -> int:
+    if stream is None:
+        return default
+    if stream == subprocess.DEVNULL:
+        fd = os.open(os.devnull, os.O_RDWR)
+        opened.append(fd)
+        return fd
+    return stream if isinstance(stream, int) else stream.fileno()
+
+
+def _spawn(message: dict, stdin=None, stdout=None, stderr=None, text: bool = False) -> Child:
+    """Hand `message` and the child's standard streams to the fork server; a `Child`."""
+    opened: list[int] = []
+    reader = None
+    try:
+        in_fd = _fd_of(stdin, 0, opened)
+        if stdout == subprocess.PIPE:
+            read_end, out_fd = os.pipe()
+            opened.append(out_fd)
+            reader = open(read_end, "r" if text else "rb")
+        else:
+            out_fd = _fd_of(stdout, 1, opened)
+        err_fd = out_fd if stderr == subprocess.STDOUT else _fd_of(stderr, 2, opened)
+        status_read, status_write = os.pipe()
+        opened.append(status_write)  # only the supervisor keeps it open: its exit is our EOF
+        fds = [in_fd, out_fd, err_fd, status_write]
+        try:
+            reply = _server_for_this_process().request(message, fds)
+        except (OSError, ConnectionError):  # the server died (killed by someone): once more
+            reply = _server_for_this_process(fresh=True).request(message, fds)
+    except BaseException:
+        if reader is not None:
+            reader.close()
+        raise
+    finally:
+        for fd in opened:
+            os.close(fd)
+    if "error" in reply:
+        os.close(status_read)
+        raise OSError(reply["error"])
+    child = Child(reply["pid"], status_read, reader)
+    with _lock:
+        _live.add(child)
+    return child
 
 
 def start(argv: list[str], env: dict[str, str] | None = None, max_file_size: int | None = None,
-          **popen_kwargs) -> subprocess.Popen:
-    """Start `argv` under a supervisor in a new session. `env` is the program's environment;
-    `max_file_size` caps every file it (and all it starts) writes, its output files included."""
-    if max_file_size is not None:
-        popen_kwargs["preexec_fn"] = _limits(max_file_size)
-    env = dict(os.environ if env is None else env)
-    # The supervisor must find this package even where the environment's PYTHONPATH lacks it.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_PARENT, env.get("PYTHONPATH")]))
-    argv = SUPERVISOR + ["--parent", str(os.getpid()), "--"] + [str(a) for a in argv]
-    proc = subprocess.Popen(argv, start_new_session=True, env=env, **popen_kwargs)
-    with _lock:
-        _live.add(proc.pid)
-    return proc
+          cwd=None, stdin=None, stdout=None, stderr=None, text: bool = False) -> Child:
+    """Start `argv` under a supervisor in a new session. `env` is the program's environment
+    (default: this process's); `max_file_size` caps every file it (and all it starts)
+    writes, its output files included. The streams take what `subprocess.Popen` takes:
+    None (inherit), DEVNULL, a file or fd, PIPE (stdout only) and STDOUT (stderr only)."""
+    message = {"op": "exec", "argv": [str(a) for a in argv], "env": environ_snapshot() if env is None else dict(env),
+               "cwd": str(os.getcwd() if cwd is None else cwd), "max_file_size": max_file_size}
+    return _spawn(message, stdin, stdout, stderr, text)
+
+
+def start_call(function: str, args: list, env: dict[str, str] | None = None, max_file_size: int | None = None,
+               cwd=None, stdin=None, stdout=None, stderr=None) -> Child:
+    """Run `function(*args)` ("module:name", a module in WARM_MODULES) in a forked child
+    under a supervisor, like `start`: no interpreter starts, the module is already loaded.
+    The child exits with 0 when the function returns; its environment is `env`."""
+    message = {"op": "call", "function": function, "args": args,
+               "env": environ_snapshot() if env is None else dict(env),
+               "cwd": str(os.getcwd() if cwd is None else cwd), "max_file_size": max_file_size}
+    return _spawn(message, stdin, stdout, stderr)
 
 
 def output_tail(path, limit: int) -> str:
@@ -90,28 +302,29 @@ def kill_group(pgid: int) -> None:
         pass
 
 
-def kill_tree(proc: subprocess.Popen) -> None:
-    """Have the supervisor sweep its descendants, then kill its group, then reap it."""
+def kill_tree(proc: Child) -> None:
+    """Have the supervisor sweep its descendants, then kill its group, then wait for it."""
     if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
         try:
-            proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=GRACE)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    kill_group(proc.pid)  # with start_new_session the group id is the supervisor's pid
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-        pass
+        except subprocess.TimeoutExpired:
+            if proc.alive():  # not exited, so not reaped: its pid is still its group's id
+                kill_group(proc.pid)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+                pass
     with _lock:
-        _live.discard(proc.pid)
+        _live.discard(proc)
 
 
-def wait_or_kill(proc: subprocess.Popen, timeout: float) -> bool:
+def wait_or_kill(proc: Child, timeout: float) -> bool:
     """Wait for the program; at the deadline kill its tree. True when it timed out.
 
     The tree is killed on every way out, a normal exit, a Ctrl-C and an exception included:
-    a child the program left running (a server it forked) must not outlive it.
+    a child the program left running (a server it forked) must not outlive it (on a normal
+    exit the supervisor has swept it already).
     """
     timed_out = False
     try:
@@ -158,6 +371,7 @@ def group_alive(pgid: int) -> bool:
 
 
 def wait_group_gone(pgid: int, timeout: float = 5.0) -> bool:
+    # Polls /proc: a group has no handle to wait on. Used by proofs and tests, not per cell.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not group_alive(pgid):
@@ -167,17 +381,15 @@ def wait_group_gone(pgid: int, timeout: float = 5.0) -> bool:
 
 
 def kill_all_live() -> None:
-    """Kill every tree this process started and has not reaped (on SIGTERM or exit)."""
+    """Kill every tree this process started and has not waited for (on SIGTERM or exit)."""
     with _lock:
-        pids = list(_live)
+        children = list(_live)
         _live.clear()
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-    for pid in pids:
-        kill_group(pid)
+    for child in children:
+        child.send_signal(signal.SIGTERM)
+    for child in children:
+        if child.alive():  # the server sweeps the orphans of a supervisor killed before its sweep
+            kill_group(child.pid)
 
 
 # --- the supervisor ------------------------------------------------------------------------
@@ -205,21 +417,15 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def sweep() -> None:
-    """Kill all descendants of this process until none is left (they may fork meanwhile)."""
+def sweep(spare: set[int] = frozenset()) -> None:
+    """Kill all descendants of this process until none is left (they may fork meanwhile),
+    except the trees of the `spare` children."""
     me = os.getpid()
     for _ in range(50):
-        found = descendants(me)
+        kept = set(spare)
+        for pid in spare:
+            kept.update(descendants(pid))
+        found = [pid for pid in descendants(me) if pid not in kept]
         if not found:
             return
         for pid in found:
@@ -227,35 +433,201 @@ def sweep() -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.02)
-        _reap()
+        time.sleep(0.02)  # only when something was left behind: let the kills land
+        for pid in found:  # reap those that are (or became) our children
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
 
 
-def _supervise(parent: int, argv: list[str]) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the harness died before the death signal was armed
-        return 137
+def _prctl(option: int, value: int) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
-    def stop(signum, frame):
-        sweep()
-        os._exit(128 + signum)
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, stop)
+def _close_all_but(keep: list[int]) -> None:
+    low = 3
+    for fd in sorted(set(f for f in keep if f >= 3)):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
+
+
+def _limits(max_file_size: int | None) -> None:
+    """No file larger than `max_file_size` (a flood cannot fill the disk), no core dumps."""
+    import resource
+
+    if max_file_size is not None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_size, max_file_size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _run_program(message: dict, fds: list[int]) -> int:
+    """Start the program (subprocess uses vfork: cheaper than a fork of this Python) and
+    wait for it; its exit code, 128 + N for a death by signal N."""
+    argv = message["argv"]
+    # Set here, inherited by the program: the supervisor itself writes only to a pipe.
+    _limits(message.get("max_file_size"))
     try:
-        child = subprocess.Popen(argv)
+        # restore_signals: the program gets the default actions Python set aside for itself
+        # (SIGPIPE, SIGXFSZ: a write past the file-size cap kills it, as in a shell); the
+        # handlers this supervisor installed are reset by exec.
+        child = subprocess.Popen(argv, cwd=message.get("cwd"), env=message["env"], stdin=fds[0],
+                                 stdout=fds[1], stderr=fds[2], close_fds=True, restore_signals=True)
     except OSError as exc:
-        print(f"ponybench: cannot start {argv[0]}: {exc.strerror}", file=sys.stderr)
+        os.write(fds[2], f"ponybench: cannot start {argv[0]}: {exc.strerror}\n".encode())
         return 127
+    finally:
+        for fd in fds[:3]:
+            os.close(fd)
     code = child.wait()
-    sweep()  # what the program left behind: forked servers, setsid escapees
     return code if code >= 0 else 128 - code
 
 
+def _call(message: dict, fds: list[int]) -> None:
+    """In a check's own process (forked by its supervisor): streams, limits, environment,
+    working directory, then `function(*args)`. Never returns."""
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        _close_all_but([])
+        _limits(message.get("max_file_size"))
+        if message.get("cwd"):
+            os.chdir(message["cwd"])
+        os.environ.clear()
+        os.environ.update(message["env"])
+        module, name = message["function"].split(":")
+        getattr(sys.modules[module], name)(*message["args"])
+        os._exit(0)
+    except BaseException:
+        os._exit(126)
+
+
+def _supervisor(message: dict, fds: list[int], server: int) -> None:
+    """In the supervisor (forked by the server): own session, subreaper, the program, the
+    sweep, the exit code on the status pipe. Never returns."""
+    status = fds[3]
+    try:
+        os.setsid()
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != server:  # the server died before the death signal was armed
+            os._exit(KILLED)
+        signal.set_wakeup_fd(-1)
+        _close_all_but(fds)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+        def stop(signum, frame):
+            sweep()
+            os.write(status, f"{128 + signum}\n".encode())
+            os._exit(128 + signum)
+
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, stop)
+        if message["op"] == "exec":
+            code = _run_program(message, fds)
+        else:
+            pid = os.fork()  # a check: its own process, with the warm modules of this one
+            if pid == 0:
+                _call(message, fds)
+            for fd in fds[:3]:
+                os.close(fd)
+            _, wait_status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(wait_status)
+            code = code if code >= 0 else 128 - code
+        sweep()  # what the program left behind: forked servers, setsid escapees
+        os.write(status, f"{code}\n".encode())
+        os._exit(0)
+    except BaseException:
+        os._exit(KILLED)
+
+
+def serve(sock_fd: int) -> None:
+    """The fork server: one request, one supervisor; until the harness closes the socket."""
+    sock = socket.socket(fileno=sock_fd)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # escapees of a supervisor killed before its sweep land here
+    for module in WARM_MODULES:
+        __import__(module)
+    supervisors: set[int] = set()
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when its children stop
+
+    def shut_down(*_args):
+        for pid in supervisors:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + GRACE
+        while supervisors and time.monotonic() < deadline:  # only on the way out
+            reap()
+            time.sleep(0.02)
+        for pid in list(supervisors):
+            kill_group(pid)
+        sweep()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, shut_down)
+    signal.signal(signal.SIGHUP, shut_down)
+
+    def reap() -> None:
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+            except ChildProcessError:
+                return
+            if info is None:
+                return
+            pid = info.si_pid
+            unswept = False
+            if pid in supervisors:
+                # Not reaped yet, so its group id is still its own: kill what its sweep missed.
+                kill_group(pid)
+                supervisors.discard(pid)
+                unswept = info.si_code == os.CLD_KILLED
+            os.waitpid(pid, 0)
+            if unswept:  # it died without its sweep: its orphans were re-parented here
+                sweep(spare=supervisors)
+
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is not sock:
+                try:
+                    os.read(wake_read, 4096)
+                except BlockingIOError:  # pragma: no cover
+                    pass
+                reap()
+                continue
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(sock, MESSAGE_LIMIT, 4)
+            except OSError:
+                data, fds = b"", []
+            if not data:  # the harness is gone (exited, or killed even by SIGKILL)
+                shut_down()
+            try:
+                message = json.loads(data)
+                me = os.getpid()
+                pid = os.fork()
+                if pid == 0:
+                    sock.close()
+                    _supervisor(message, fds, me)
+                supervisors.add(pid)
+                reply = {"pid": pid}
+            except Exception as exc:  # a bad request must not stop the other cells' children
+                reply = {"error": f"ponybench fork server: {type(exc).__name__}: {exc}"}
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            sock.send(json.dumps(reply).encode())
+
+
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    split = args.index("--")
-    parent_pid = int(args[args.index("--parent") + 1])
-    os._exit(_supervise(parent_pid, args[split + 1:]))
+    serve(int(sys.argv[sys.argv.index("--serve") + 1]))

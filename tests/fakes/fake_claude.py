@@ -14,7 +14,8 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
             default "escaped-by-hook.txt"),
             "hang_tree" (like "hang", printing its child's pid to stderr as `fake-pid: N`),
             "spawn_setsid" (leave a setsid grandchild sleeping, pid on stderr, and finish),
-            "sleep_then_ok" (sleep `sleep` seconds, then finish), "kill_worker" (SIGKILL the
+            "sleep_then_ok" (sleep `sleep` seconds, then finish), "await_peers" (finish once
+            `peers` CLIs run at once, registered in `peers_dir`; fail after `sleep` s), "kill_worker" (SIGKILL the
             process that started the harness's supervisor, e.g. an xdist worker, then hang)
   cells:    {cell id: {keys as above}}: overrides for the cell whose workspace (the working
             directory) has that name, e.g. one hanging cell among good ones
@@ -94,6 +95,20 @@ def main(argv):
         Path("..", spec.get("escape_to", "escaped-by-hook.txt")).write_text("outside")
     if mode == "sleep_then_ok":
         time.sleep(float(spec.get("sleep", 2)))
+    if mode == "await_peers":
+        # Proof that cells run at once: wait (at most `sleep` s) until `peers` CLIs, this one
+        # included, have announced themselves in `peers_dir`; fail if they never do.
+        peers_dir = Path(spec["peers_dir"])
+        peers_dir.mkdir(parents=True, exist_ok=True)
+        (peers_dir / str(os.getpid())).touch()
+        deadline = time.monotonic() + float(spec.get("sleep", 60))
+        met = set()  # peers seen alive beside this one (a finished one stays counted)
+        while len(met) < int(spec["peers"]):
+            met |= {p.name for p in peers_dir.iterdir() if Path("/proc", p.name).exists()}
+            if time.monotonic() > deadline:
+                print(f"only {len(met)} of {spec['peers']} peers ran at once", file=sys.stderr)
+                return 1
+            time.sleep(0.05)
     if mode == "spawn_setsid":
         # Double fork: the grandchild leads its own session and its parent is gone, so only a
         # subreaper (or init) is left to own it.
@@ -110,10 +125,12 @@ def main(argv):
         grandchild = os.read(read, 32).decode()
         print(f"fake-pid: {grandchild}", file=sys.stderr, flush=True)
     if mode == "kill_worker":
-        # The CLI's parent is the harness's supervisor; its parent is the process that ran the
-        # cell (an xdist worker).
-        stat = Path(f"/proc/{os.getppid()}/stat").read_text()
-        worker = int(stat[stat.rfind(")") + 2:].split()[1])
+        # Above the CLI are the harness's supervisor and its fork server (both run
+        # pytest_ponybench.procs); above them, the process that ran the cell (an xdist worker).
+        worker = os.getppid()
+        while b"pytest_ponybench.procs" in Path(f"/proc/{worker}/cmdline").read_bytes():
+            stat = Path(f"/proc/{worker}/stat").read_text()
+            worker = int(stat[stat.rfind(")") + 2:].split()[1])
         print(f"fake-pid: {worker}", file=sys.stderr, flush=True)
         os.kill(worker, 9)
         time.sleep(600)

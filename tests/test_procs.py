@@ -1,0 +1,279 @@
+"""The supervisor and its fork server (procs.py): cheap children that still cannot outlive
+their cell. Every guarantee is checked against real processes read from /proc."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_ponybench import checks, procs
+from support import proc_watch
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A program that starts a child in its group and a setsid grandchild in a session of its
+# own, writes their pids, and then sleeps (or exits, with `exit` as its argument).
+FAMILY = textwrap.dedent("""
+    import os, subprocess, sys, time
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    child = subprocess.Popen(sleeper)
+    escapee = subprocess.Popen(sleeper, start_new_session=True)
+    with open(sys.argv[1], "w") as fh:
+        fh.write(f"{os.getpid()} {child.pid} {escapee.pid}")
+    if sys.argv[2:] == ["exit"]:
+        os._exit(0)
+    time.sleep(120)
+""")
+
+
+def wait_for_pids(path: Path, timeout: float = 20) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pids = [int(p) for p in path.read_text().split()]
+        except (OSError, ValueError):
+            pids = []
+        if len(pids) == 3:
+            return pids
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never listed the family's pids")
+
+
+def assert_all_dead(pids: list[int], what: str) -> None:
+    left = proc_watch.wait_until_dead(pids, timeout=10)
+    proc_watch.kill(left)
+    assert left == [], f"{what}: {left} survived"
+
+
+def test_a_program_that_exits_leaves_no_child_and_no_setsid_escapee(tmp_path):
+    pids_file = tmp_path / "pids"
+    proc = procs.start([sys.executable, "-c", FAMILY, str(pids_file), "exit"], stdin=subprocess.DEVNULL)
+    assert procs.wait_or_kill(proc, 30) is False
+    assert proc.returncode == 0
+    assert_all_dead(wait_for_pids(pids_file), "what an exited program left behind")
+
+
+def test_at_the_deadline_the_whole_tree_dies_escapee_included(tmp_path):
+    pids_file = tmp_path / "pids"
+    proc = procs.start([sys.executable, "-c", FAMILY, str(pids_file)], stdin=subprocess.DEVNULL)
+    wait_for_pids(pids_file)
+    assert procs.wait_or_kill(proc, 0.5) is True
+    assert_all_dead(wait_for_pids(pids_file) + [proc.pid], "the tree of a program past its deadline")
+
+
+def test_the_program_leads_its_own_session_with_its_cwd_env_and_file_size_cap(tmp_path):
+    probe = textwrap.dedent("""
+        import json, os, resource, sys
+        json.dump({"sid": os.getsid(0), "pgid": os.getpgid(0), "cwd": os.getcwd(),
+                   "flag": os.environ.get("PONY_PROBE"), "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0]},
+                  sys.stdout)
+    """)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc = procs.start([sys.executable, "-c", probe], cwd=ws, env={**os.environ, "PONY_PROBE": "yes"},
+                       stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, max_file_size=12345, text=True)
+    try:
+        seen = json.loads(proc.stdout.read())
+    finally:
+        proc.stdout.close()
+    assert procs.wait_or_kill(proc, 30) is False
+    assert seen["sid"] == seen["pgid"] == proc.pid != os.getsid(0)  # the supervisor's session
+    assert seen["cwd"] == str(ws) and seen["flag"] == "yes" and seen["fsize"] == 12345
+
+
+def test_a_missing_program_is_exit_code_127_with_a_message(tmp_path):
+    err = tmp_path / "err.txt"
+    with open(err, "wb") as fh:
+        proc = procs.start([str(tmp_path / "no-such-program")], stderr=fh, stdin=subprocess.DEVNULL)
+        assert procs.wait_or_kill(proc, 30) is False
+    assert proc.returncode == 127
+    assert "ponybench: cannot start" in err.read_text()
+
+
+def test_a_signal_death_is_128_plus_the_signal():
+    proc = procs.start([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"],
+                       stdin=subprocess.DEVNULL)
+    assert procs.wait_or_kill(proc, 30) is False
+    assert proc.returncode == 128 + signal.SIGSEGV
+
+
+def test_a_child_started_from_a_thread_that_ended_keeps_running_until_killed(tmp_path):
+    # A parent-death signal fires when the *thread* that forked exits; a child started from
+    # a pool thread must not die with that thread.
+    pids_file = tmp_path / "pids"
+    started = []
+    thread = threading.Thread(target=lambda: started.append(
+        procs.start([sys.executable, "-c", FAMILY, str(pids_file)], stdin=subprocess.DEVNULL)))
+    thread.start()
+    thread.join()
+    (proc,) = started
+    family = wait_for_pids(pids_file)
+    assert proc.poll() is None and all(proc_watch.alive(p) for p in family)
+    procs.kill_tree(proc)
+    assert_all_dead(family, "the tree after kill_tree")
+
+
+def test_kill_all_live_stops_every_tree(tmp_path):
+    children = [procs.start([sys.executable, "-c", FAMILY, str(tmp_path / f"pids{i}")], stdin=subprocess.DEVNULL)
+                for i in range(3)]
+    families = [wait_for_pids(tmp_path / f"pids{i}") for i in range(3)]
+    procs.kill_all_live()
+    for child in children:
+        child.wait(timeout=30)
+    assert_all_dead([p for family in families for p in family] + [c.pid for c in children], "after kill_all_live")
+
+
+def test_a_supervisor_killed_outright_still_takes_its_tree_and_escapee_with_it(tmp_path):
+    # SIGKILL gives the supervisor no chance to sweep: the fork server kills its group and
+    # the orphans that were re-parented to the server.
+    pids_file = tmp_path / "pids"
+    proc = procs.start([sys.executable, "-c", FAMILY, str(pids_file)], stdin=subprocess.DEVNULL)
+    family = wait_for_pids(pids_file)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == procs.KILLED
+    assert_all_dead(family, "the tree of a supervisor killed by SIGKILL")
+
+
+HARNESS = textwrap.dedent("""
+    import subprocess, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from pytest_ponybench import procs
+    for i in range(2):
+        procs.start([sys.executable, "-c", sys.argv[2], f"{sys.argv[3]}{i}"], stdin=subprocess.DEVNULL)
+    print("started", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_harness_killed_by_sigkill_leaves_no_process_of_its_cells(tmp_path):
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(REPO), FAMILY, str(tmp_path / "pids")],
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert harness.stdout.readline().strip() == "started"
+        families = [wait_for_pids(tmp_path / f"pids{i}") for i in range(2)]
+        below = procs.descendants(harness.pid)  # the fork server, the supervisors, the families
+        assert len(below) >= 1 + 2 + 2 * 3
+        os.kill(harness.pid, signal.SIGKILL)
+        harness.wait()
+        everything = [p for family in families for p in family] + below
+        assert_all_dead(everything, "the cells of a harness killed by SIGKILL")
+    finally:
+        harness.stdout.close()
+        proc_watch.kill([p for p in procs.descendants(os.getpid()) if p != harness.pid])
+
+
+def test_a_check_runs_forked_in_its_own_session_and_workspace_with_its_limits(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    probe = f"""
+        import os, resource, sys
+        assert os.getpid() != {os.getpid()}
+        assert os.getsid(0) == os.getpgid(0) != {os.getsid(0)}, "not in a session of its own"
+        assert os.getcwd() == {str(ws)!r} and WORKSPACE == Path({str(ws)!r})
+        assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] == {checks.FILE_SIZE_LIMIT}
+        assert sys.dont_write_bytecode
+        assert sys.path[0] == {str(ws)!r}
+    """
+    assert checks.run_check(textwrap.dedent(probe), ws, "correct", None, 30) == checks.Verdict(True, "ok")
+
+
+def test_checks_from_many_threads_at_once_each_get_their_own_verdict(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    results = {}
+
+    def one(i):
+        results[i] = checks.run_check(f"assert {i} % 2 == 0, 'odd {i}'", ws, "correct", None, 30)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(12):
+        expected = checks.Verdict(True, "ok") if i % 2 == 0 else checks.Verdict(False, f"odd {i}")
+        assert results[i] == expected
+
+
+def test_a_new_server_replaces_one_that_was_killed(tmp_path):
+    first = procs.start([sys.executable, "-c", "pass"], stdin=subprocess.DEVNULL)
+    assert procs.wait_or_kill(first, 30) is False
+    server = procs._server
+    assert server is not None
+    server.proc.kill()
+    server.proc.wait()
+    again = procs.start([sys.executable, "-c", "raise SystemExit(3)"], stdin=subprocess.DEVNULL)
+    assert procs.wait_or_kill(again, 30) is False and again.returncode == 3
+    assert procs._server is not server
+
+
+@pytest.fixture(autouse=True)
+def no_tree_left_behind():
+    yield
+    with procs._lock:
+        left = list(procs._live)
+    assert left == [], f"children left unwaited: {[c.pid for c in left]}"
+
+
+def test_kill_all_live_from_another_thread_while_the_owner_waits(tmp_path):
+    # A signal handler (or the pool's stop) kills trees that a cell's thread is waiting on:
+    # the waiter gets an exit code, not an error from a pipe closed under it.
+    pids_file = tmp_path / "pids"
+    proc = procs.start([sys.executable, "-c", FAMILY, str(pids_file)], stdin=subprocess.DEVNULL)
+    family = wait_for_pids(pids_file)
+    outcome = {}
+
+    def owner():
+        try:
+            outcome["timed_out"] = procs.wait_or_kill(proc, 120)
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            outcome["error"] = exc
+
+    waiter = threading.Thread(target=owner)
+    waiter.start()
+    procs.kill_all_live()
+    waiter.join(60)
+    assert not waiter.is_alive()
+    assert outcome == {"timed_out": False}, outcome
+    assert proc.returncode is not None and proc.returncode != 0
+    assert_all_dead(family, "the tree killed from another thread")
+
+
+def test_the_environment_snapshot_survives_a_key_deleted_while_copying(monkeypatch):
+    # What pytest's main thread does to PYTEST_CURRENT_TEST while a pool thread copies the
+    # environment: the key is listed, then gone when looked up.
+    from collections.abc import Mapping
+
+    class Racing(Mapping):
+        def __init__(self):
+            self.data = {"KEEP": "1", "PYTEST_CURRENT_TEST": "t (call)"}
+            self.races = 1
+
+        def __iter__(self):
+            keys = list(self.data)
+            if self.races:
+                self.races -= 1
+                del self.data["PYTEST_CURRENT_TEST"]
+            return iter(keys)
+
+        def __getitem__(self, key):
+            return self.data[key]
+
+        def __len__(self):
+            return len(self.data)
+
+    racing = Racing()
+    with pytest.raises(KeyError):
+        dict(Racing())  # the race, unguarded
+    monkeypatch.setattr(os, "environ", racing)
+    snapshot = procs.environ_snapshot()
+    monkeypatch.undo()
+    assert snapshot == {"KEEP": "1"}
