@@ -144,7 +144,7 @@ class Controller:
             problem = agent.real_run_problem()
             if problem:
                 raise pytest.UsageError(problem)
-        broken = instruments.prove_all(tasks)
+        broken = instruments.prove_all(tasks, state.claude_version)  # proofs that held before are cached
         if broken:
             raise pytest.UsageError("instruments broken; refusing to spend:\n  " + "\n  ".join(broken)
                                     + "\nrun `pytest -m selftest` to see each instrument")

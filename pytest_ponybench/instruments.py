@@ -4,10 +4,18 @@ Every gated task ships a good and a bad reference: the good one must pass every 
 bad one must be caught on its axis and pass the others. The harness's own instruments are proven too: plugin
 directory resolution and the process-tree kill. `pytest -m selftest` shows each proof as a
 test; `pytest --ponybench` runs them all first and refuses to start a cell if one fails.
+
+A proof that held is remembered (one empty file per proof under the cache directory, named
+by a hash of what it depends on: the task's spec and fixture, the harness's own code, the
+Python and the CLI version), so an unchanged library is not proven again in every session.
+A failed proof is never remembered. `pytest -m selftest` always proves afresh.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -65,11 +73,86 @@ def prove_tree_kill() -> str | None:
     return None
 
 
-def prove_all(tasks: list[TaskSpec]) -> list[str]:
-    """Every instrument at once; the list of what is broken (empty when all hold)."""
-    jobs = [(prove_reference, (t, side)) for t in tasks if t.gated for side in ("good", "bad")]
-    jobs += [(prove_plugin_resolution, ()), (prove_tree_kill, ())]
+CACHE_ENV = "PONYBENCH_CACHE_DIR"  # where proofs are remembered; "off" remembers nothing
+# The harness code a proof's outcome depends on: a change to any of them proves everything again.
+HARNESS_SOURCES = ("checks.py", "checklib.py", "procs.py", "workspace.py", "instruments.py", "spec.py")
+
+
+def cache_dir() -> Path | None:
+    """$PONYBENCH_CACHE_DIR, else $XDG_CACHE_HOME/pytest-ponybench, else ~/.cache/pytest-ponybench."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured == "off":
+        return None
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "pytest-ponybench"
+
+
+def harness_fingerprint(cli_version: str) -> str:
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in HARNESS_SOURCES:
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    digest.update(json.dumps([sys.version, platform.release(), cli_version]).encode())
+    return digest.hexdigest()
+
+
+def fixture_fingerprint(task: TaskSpec) -> list:
+    """What of a fixture directory a reference proof depends on: every file's path, size and
+    modification time (its content is read only when it changes)."""
+    if task.fixture is None:
+        return []
+    entries = []
+    for root, dirs, files in os.walk(task.fixture):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            entries.append([os.path.relpath(path, task.fixture), st.st_size, st.st_mtime_ns])
+    return entries
+
+
+def proof_key(harness: str, *parts) -> str:
+    return hashlib.sha256(json.dumps([harness, *parts], default=str).encode()).hexdigest()[:32]
+
+
+def _remembered(directory: Path | None, key: str) -> bool:
+    return directory is not None and (directory / "proofs" / key).is_file()
+
+
+def _remember(directory: Path | None, key: str) -> None:
+    if directory is None:
+        return
+    try:
+        (directory / "proofs").mkdir(parents=True, exist_ok=True)
+        (directory / "proofs" / key).touch()
+    except OSError:
+        pass  # an unwritable cache only costs the next session its proofs
+
+
+def prove_all(tasks: list[TaskSpec], cli_version: str = "", cache: Path | None | str = "default") -> list[str]:
+    """Every instrument at once; the list of what is broken (empty when all hold). Proofs
+    that held before, for the same task spec, fixture, harness code and CLI version, are
+    not run again (`cache`: a directory, None for no cache, or the default `cache_dir()`)."""
+    directory = cache_dir() if cache == "default" else (None if cache is None else Path(cache))
+    harness = harness_fingerprint(cli_version)
+    jobs = [(prove_reference, (t, side), proof_key(harness, "ref", t.name, t.spec_hash, side, fixture_fingerprint(t)))
+            for t in tasks if t.gated for side in ("good", "bad")]
+    jobs += [(prove_plugin_resolution, (), proof_key(harness, "plugin-resolution")),
+             (prove_tree_kill, (), proof_key(harness, "tree-kill"))]
+    jobs = [job for job in jobs if not _remembered(directory, job[2])]
+
+    def prove(job) -> str | None:
+        problem = job[0](*job[1])
+        if problem is None:
+            _remember(directory, job[2])
+        return problem
+
     # Each proof waits on child processes, so threads overlap them well on two cores.
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        results = list(pool.map(lambda job: job[0](*job[1]), jobs))
+        results = list(pool.map(prove, jobs))
     return [r for r in results if r]
