@@ -10,6 +10,7 @@ plain sentence for an expected failure instead of a traceback.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -105,9 +106,8 @@ class CellItem(_PlainFailure, pytest.Item):
         self.cell = cell
         self.state = state
         self.rescore_workspace = rescore_workspace
-        self.add_marker("ponybench")
-        for tag in cell.task.tags:
-            self.add_marker(tag)
+        for mark in _cell_marks(cell.task.tags):
+            self.add_marker(mark)
         # -k selects by task, arm and model name as well as by the cell id.
         self.extra_keyword_matches.update({cell.task.name, cell.arm.name, cell.model})
 
@@ -118,18 +118,12 @@ class CellItem(_PlainFailure, pytest.Item):
     def runtest(self):
         state = self.state
         try:
-            if self.rescore_workspace is not None:
-                record = cells.score_cell(self.cell, self.rescore_workspace)
-            elif state.settings.resume is not None and (kept := cells.kept_result(self.cell, state.run_dir)):
-                record = kept  # finished in an earlier session: reported, never paid twice
+            if state.settings.at_once > 1:  # several cells at once in this process (pool.py)
+                from . import pool
+
+                record = pool.record_for(self, state)
             else:
-                self.check_budget(state)
-                ctx = state.cell_context(self.config.hook)
-                if ctx.max_budget_usd is not None and ctx.max_budget_usd <= 0:
-                    # Another worker's cell finished since the check and used up the budget:
-                    # skip, never start the CLI with --max-budget-usd 0 (which it rejects).
-                    self.check_budget(state)
-                record = cells.run_cell(self.cell, ctx)
+                record = self.produce_record(state)
         except pytest.skip.Exception:
             raise
         except BaseException as exc:
@@ -143,6 +137,21 @@ class CellItem(_PlainFailure, pytest.Item):
         if not record["passed"]:
             raise CellFailed(record["failure"])
 
+    def produce_record(self, state) -> dict:
+        """Rescore, reuse or run this cell: its record. Runs in a pool thread with
+        --ponybench-at-once above 1."""
+        if self.rescore_workspace is not None:
+            return cells.score_cell(self.cell, self.rescore_workspace)
+        if state.settings.resume is not None and (kept := cells.kept_result(self.cell, state.run_dir)):
+            return kept  # finished in an earlier session: reported, never paid twice
+        self.check_budget(state)
+        ctx = state.cell_context(self.config.hook)
+        if ctx.max_budget_usd is not None and ctx.max_budget_usd <= 0:
+            # Another worker's cell finished since the check and used up the budget:
+            # skip, never start the CLI with --max-budget-usd 0 (which it rejects).
+            self.check_budget(state)
+        return cells.run_cell(self.cell, ctx)
+
     def check_budget(self, state) -> None:
         cap = state.settings.max_cost
         if cap is not None and (so_far := state.run_dir.spent()) >= cap:
@@ -150,6 +159,12 @@ class CellItem(_PlainFailure, pytest.Item):
 
     def reportinfo(self):
         return self.path, 0, f"cell {self.cell.id}"
+
+
+@functools.lru_cache(maxsize=None)
+def _cell_marks(tags: tuple[str, ...]) -> tuple:
+    """The marks of a task's cells, made once per task instead of once per cell."""
+    return tuple(getattr(pytest.mark, name) for name in ("ponybench", *tags))
 
 
 def arm_placeholder(name: str) -> ArmSpec:

@@ -87,6 +87,7 @@ INI = {
     "ponybench_reference": ("string", "", "the arm every other arm is compared against in the reports (default baseline)"),
     "ponybench_max_cost": ("string", "", "US dollars the whole run may spend; no cell starts once finished cells reach it"),
     "ponybench_max_cell_cost": ("string", "", "US dollars one cell may spend (passed to the CLI as --max-budget-usd)"),
+    "ponybench_at_once": ("string", "1", "cells one pytest process runs at once (threads; their agents wait on the model)"),
 }
 
 
@@ -101,6 +102,9 @@ def add_run_options(group) -> None:
                     help="runs per task x arm x model [ini ponybench_runs, default 1]")
     group.addoption("--ponybench-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                     help="per-cell agent timeout; the whole process tree is killed [ini ponybench_timeout, default 300]")
+    group.addoption("--ponybench-at-once", type=positive_int, default=None, metavar="N",
+                    help="cells one pytest process runs at once, in threads: 32 cells at once need one "
+                         "process, not 32 xdist workers [ini ponybench_at_once, default 1]")
 
 
 def add_rehearsal_options(group) -> None:
@@ -167,6 +171,7 @@ class Settings:
     max_cost: float | None
     max_cell_cost: float | None
     confine: bool
+    at_once: int
     model_ids: list[str]
     tasks_dir: Path
     arms_dir: Path
@@ -233,6 +238,7 @@ def settings(config) -> Settings:
         max_cost=opt.ponybench_max_cost or _ini_optional(config, "ponybench_max_cost", positive_usd),
         max_cell_cost=opt.ponybench_max_cell_cost or _ini_optional(config, "ponybench_max_cell_cost", positive_usd),
         confine=bool(opt.ponybench_confine),
+        at_once=opt.ponybench_at_once or _ini_parsed(config, "ponybench_at_once", positive_int),
         model_ids=list(config.getini("ponybench_model_ids")),
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),

@@ -7,6 +7,7 @@ import io
 from statistics import median
 from typing import Sequence
 
+from . import record as records_
 from . import stats
 from .tables import arm_order
 
@@ -103,7 +104,7 @@ def plot_cost(figure_class, model_records, arms, colours, model):
     figure = figure_class(figsize=(5.5, 3.8))
     axes = figure.add_subplot()
     for arm in arms:
-        points = [(stats.delivered_loc(r), r.get("cost_usd")) for r in model_records
+        points = [(records_.delivered_loc(r), r.get("cost_usd")) for r in model_records
                   if stats.name_of(r, "arm") == arm]
         points = [(loc, cost) for loc, cost in points
                   if loc is not None and isinstance(cost, (int, float))]

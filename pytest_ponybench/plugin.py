@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from . import options, procs
+from . import options, pool, procs
 from .cell import Cell, CellContext, read_identity
 from .collect import TaskFile, TasksDir, arm_placeholder
 from .rundir import RunDir
@@ -68,7 +68,7 @@ class PonybenchState:
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
                            arms_dir=self.settings.arms_dir, hook=hook, rehearsal=self.settings.rehearse,
                            max_budget_usd=self.cell_budget(), confine=self.settings.confine,
-                           exclusive=not self.is_worker)
+                           exclusive=not self.is_worker and self.settings.at_once == 1)
 
 
 def state_of(config) -> PonybenchState:
@@ -87,6 +87,20 @@ def pytest_addhooks(pluginmanager):
 
 def pytest_addoption(parser):
     options.addoption(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """A benchmark run with no paths given collects the tasks folder only, not every
+    testpath: importing the project's own tests cost each xdist worker seconds."""
+    known = early_config.known_args_namespace
+    if getattr(known, "file_or_dir", None) or not any(
+            getattr(known, name, None) for name in ("ponybench", "ponybench_rescore", "ponybench_resume")):
+        return
+    tasks = Path(early_config.rootpath) / early_config.getini("ponybench_tasks")
+    if tasks.is_dir():
+        known.file_or_dir = [str(tasks)]  # the initial conftests are looked up from here
+        args.append(str(tasks))  # and the session collects it
 
 
 def pytest_configure(config):
@@ -132,6 +146,7 @@ def pytest_configure(config):
 
 
 def _terminate(signum, frame):
+    pool.stop()  # first: a cell killed by the stop must not leave a result that reads as its own
     procs.kill_all_live()
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -205,6 +220,34 @@ def pytest_collection_modifyitems(session, config, items):
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
     grace = 120 + 2 * max((i.cell.task.check_timeout for i in keep), default=30)
+    # pytest-timeout is the net above the cell's own timeout, never the first line. One mark
+    # for every item: building it per item was a measurable share of collecting 10,000 cells.
+    net = pytest.mark.timeout(state_of(config).settings.timeout + grace, method="signal")
     for item in keep:
-        # pytest-timeout is the net above the cell's own timeout, never the first line.
-        item.add_marker(pytest.mark.timeout(state.settings.timeout + grace, method="signal"))
+        item.add_marker(net)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """The collected items live as long as the session: take them out of the garbage
+    collector's generations, so its full passes (pytest runs several at exit) stay cheap."""
+    if state_of(session.config).settings.enabled:
+        import gc
+
+        gc.freeze()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist the pool may start the cell this worker runs next (pool.py)."""
+    setattr(item, pool.NEXT_ITEM_ATTR, nextitem)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    pool.stop()  # cells started ahead of an interrupted or stopped (-x) session
+
+
+def pytest_unconfigure(config):
+    pool.stop()
+    procs.stop_server()  # this process's fork server: stopped and reaped here, not orphaned

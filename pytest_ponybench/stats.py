@@ -249,7 +249,7 @@ class ArmStats:
 # --------------------------------------------------------------------------- record access
 # Which cells count is record.py's one definition, shared by every output.
 
-from .record import count, delivered_loc, group_by, is_measured, loc_values, name_of, outcome, passed  # noqa: E402,F401
+from .record import count, group_by, is_measured, loc_values, name_of, passed  # noqa: E402
 
 
 # --------------------------------------------------------------------------- building blocks

@@ -8,6 +8,10 @@ pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Every gate in these tests proves its instruments afresh: several tests replace a proof with
+# a stub, whose "success" must not be remembered for the user's real runs (instruments.py).
+os.environ.setdefault("PONYBENCH_CACHE_DIR", "off")
+
 
 @pytest.fixture(scope="session")
 def claude_bin() -> str:
