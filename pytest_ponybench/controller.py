@@ -88,7 +88,7 @@ class Gathering:
             "rows": summary.aggregate(every),
         }
         write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
-        from . import report  # numpy and scipy: only when a report is written, never when pytest loads the plugin
+        from . import report  # numpy: only when a report is written, never when pytest loads the plugin
 
         return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference)
 

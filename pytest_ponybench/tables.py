@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from . import record as records_
 
-if TYPE_CHECKING:  # stats imports numpy and scipy: not needed to build the cell tables
+if TYPE_CHECKING:  # stats imports numpy: not needed to build the cell tables
     from .stats import ArmStats, Estimate
 
 CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
