@@ -90,7 +90,7 @@ class Gathering:
         write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
         from . import report  # numpy: only when a report is written, never when pytest loads the plugin
 
-        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference)
+        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots)
 
 
 def run_options(state, tasks: list) -> dict:
@@ -262,7 +262,7 @@ class Controller:
         if self.gathering is not None:
             s = self.state
             self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
-                                                 reference=s.settings.reference)
+                                                 reference=s.settings.reference, plots=s.settings.plots)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if self.gathering is None:

@@ -87,6 +87,7 @@ INI = {
     "ponybench_reference": ("string", "", "the arm every other arm is compared against in the reports (default baseline)"),
     "ponybench_max_cost": ("string", "", "US dollars the whole run may spend; no cell starts once finished cells reach it"),
     "ponybench_max_cell_cost": ("string", "", "US dollars one cell may spend (passed to the CLI as --max-budget-usd)"),
+    "ponybench_plots": ("bool", False, "draw the plots of report.html (needs matplotlib)"),
     "ponybench_at_once": ("string", "1", "cells one pytest process runs at once (threads; their agents wait on the model)"),
 }
 
@@ -133,6 +134,9 @@ def add_storage_options(group) -> None:
                     help="the claude CLI [ini ponybench_claude, default: PATH, then node_modules/.bin/claude]")
     group.addoption("--ponybench-rescore", type=existing_dir, default=None, metavar="RUN_DIR",
                     help="recompute every metric and score of a kept run, with no agent call")
+    group.addoption("--ponybench-plots", action="store_true", default=False,
+                    help="draw the plots of report.html (needs matplotlib; costs seconds at the end) "
+                         "[ini ponybench_plots, default false]")
     group.addoption("--ponybench-reference", default=None, metavar="ARM",
                     help="the arm the reports compare every other arm against [ini ponybench_reference, default baseline]")
 
@@ -172,6 +176,7 @@ class Settings:
     max_cell_cost: float | None
     confine: bool
     at_once: int
+    plots: bool
     model_ids: list[str]
     tasks_dir: Path
     arms_dir: Path
@@ -239,6 +244,7 @@ def settings(config) -> Settings:
         max_cell_cost=opt.ponybench_max_cell_cost or _ini_optional(config, "ponybench_max_cell_cost", positive_usd),
         confine=bool(opt.ponybench_confine),
         at_once=opt.ponybench_at_once or _ini_parsed(config, "ponybench_at_once", positive_int),
+        plots=bool(opt.ponybench_plots or config.getini("ponybench_plots")),
         model_ids=list(config.getini("ponybench_model_ids")),
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),
