@@ -566,6 +566,7 @@ def prove_arm(requests: list[dict], appended: str | None, context: list[str],
 # process (the single process, or each xdist worker), started with the first cell.
 
 REHEARSAL_KEY = "ponybench-rehearsal-not-a-real-key"
+REHEARSAL_MAX_RETRIES = 2
 # A plausible small file for open and fixture tasks that declare no `rehearsal:` files.
 DEFAULT_FILES = {"solution.py": 'def main():\n    """Entry point."""\n    return 0\n'}
 # Credentials that must never reach a rehearsal's CLI: it talks to the scripted model only.
@@ -606,11 +607,12 @@ class RehearsalPlugin:
     that runs cells: it points each cell's CLI at one ScriptedModel (started with the first
     cell) and proves the arm from the model's records, through the cell hooks of hookspec.py."""
 
-    def __init__(self, config, arms: dict, arms_dir, side: str = "good"):
+    def __init__(self, config, arms: dict, arms_dir, side: str = "good", fault: Fault | None = None):
         self.config = config  # its hook lets a conftest adjust each cell's script
         self.arms = arms
         self.arms_dir = arms_dir
         self.side = side
+        self.fault = fault  # --ponybench-rehearse-fault: played in every cell
         self.home: str | None = None  # a private HOME for the CLI, made with the server
         self.model = ScriptedModel()
         self._started = False
@@ -633,11 +635,15 @@ class RehearsalPlugin:
 
     def pytest_ponybench_agent_env(self, cell, workspace) -> dict[str, str]:
         files = rehearsal_files(cell.task, self.side)
+        # The run's fault wins over the task's: the run option is the more deliberate choice.
+        fault = self.fault or (parse_fault(cell.task.rehearsal_fault) if cell.task.rehearsal_fault else None)
         script = CellScript(writes=[(str(os.path.join(workspace, rel)), content) for rel, content in files.items()],
-                            answer="Done: the change is written.")
+                            answer="Done: the change is written.", fault=fault)
         self.config.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script)
         url = self._server().register(cell.id, script)
         env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1",
+               # A played API error ends after 2 quick retries (about 3 s) instead of 10 slow ones.
+               "CLAUDE_CODE_MAX_RETRIES": str(REHEARSAL_MAX_RETRIES),
                # The user's own ~/.claude (credentials, settings, history) stays out of a rehearsal.
                "HOME": self.home, "CLAUDE_CONFIG_DIR": os.path.join(self.home, ".claude")}
         env.update({var: "" for var in CREDENTIAL_VARS})
