@@ -24,7 +24,8 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
             (api_retry lines, then hang until killed), "api_cut" (an api_retry line, then exit 1 with
             no result); `api_error_times: N` plays "api_error" for the first N calls in a workspace
             of that name only (counted in a file beside the spec), then `mode`
-  hooks:    [hook_response fields] printed before the init line (--include-hook-events)
+  hooks:    [hook_response fields] printed before the init line (--include-hook-events), after
+            those of the --plugin-dir plugin's SessionStart command hooks, which the fake runs
   skills:   the init line's skills
   tool_uses: [[name, input], ...] played as tool_use blocks (each followed by its tool_result)
   extra_plugins / extra_tools: added to the init line (a wrong arm)
@@ -85,7 +86,7 @@ def main(argv):
     tools = ["Read", "Write", "Edit", "Glob", "Grep"] + spec.get("extra_tools", [])
     if "Bash" not in (arg(argv, "--disallowedTools") or ""):
         tools.append("Bash")
-    for hook in spec.get("hooks", []) if "--include-hook-events" in argv else []:
+    for hook in (plugin_hooks(plugin_dir) + spec.get("hooks", [])) if "--include-hook-events" in argv else []:
         emit({"type": "system", "subtype": "hook_response", "hook_name": "SessionStart:startup",
               "hook_event": "SessionStart", "stdout": "", "stderr": "", "exit_code": 0, "outcome": "success", **hook})
     emit({"type": "system", "subtype": "init", "claude_code_version": "2.1.328", "model": arg(argv, "--model"),
@@ -192,6 +193,22 @@ def main(argv):
           "usage": usage, "modelUsage": {arg(argv, "--model"): {"costUSD": spec.get("cost", 0.0123)}},
           "permission_denials": [], "stop_reason": "end_turn"})
     return 0
+
+
+def plugin_hooks(plugin_dir):
+    """Run the SessionStart command hooks of the --plugin-dir plugin, as the CLI does: their
+    hook_response fields."""
+    try:
+        declared = json.loads((Path(plugin_dir) / "hooks" / "hooks.json").read_text())["hooks"]
+    except (TypeError, OSError, ValueError, KeyError):
+        return []
+    found = []
+    for group in declared.get("SessionStart", []):
+        for hook in group.get("hooks", []):
+            done = subprocess.run(["sh", "-c", hook["command"]], capture_output=True, text=True, timeout=30)
+            found.append({"stdout": done.stdout, "stderr": done.stderr, "output": done.stdout + done.stderr,
+                          "exit_code": done.returncode, "outcome": "success" if done.returncode == 0 else "error"})
+    return found
 
 
 def emit(event):
