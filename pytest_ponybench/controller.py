@@ -255,7 +255,9 @@ class Controller:
             self.gathering.add(props)
             if not props.get("reused") and self.gathering.mode != "rescore":
                 cost = props.get("cost_usd")
+                attempts = props.get("attempts")
                 self.write(f"ponybench: {props['cell']} {props.get('status')}"
+                           f"{f' after {attempts} attempts' if isinstance(attempts, int) and attempts > 1 else ''}"
                            f"{'' if cost is None else ' ' + usd(cost)}; "
                            f"{usd(self.state.run_dir.spent())} spent so far")
         elif report.skipped and BUDGET_REACHED in str(report.longrepr):
