@@ -56,6 +56,7 @@ class CellContext:
     confine: bool = False  # run the agent under bubblewrap: only its workspace writable
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
     retries: int = 2  # runs again of a cell that ended as infra_error
+    max_cost: float | None = None  # the run's budget: no retry starts once it is spent
     retry_wait: float = 10.0  # seconds before the first retry, doubling; also the 429 pause
     sleep: object = time.sleep  # tests replace it to see the waits without waiting
 
@@ -130,6 +131,9 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
             ctx.run_dir.pause(retry_wait(ctx, attempt), cell.id)
         if (ran["status"] not in records.INFRA or attempt > ctx.retries
                 or ran["api_error_status"] in agent.AUTH_STATUSES):
+            break
+        if ctx.max_cost is not None and ctx.run_dir.spent() >= ctx.max_cost:
+            ran["error"] += f"; not retried: the run's budget of ${ctx.max_cost:g} is spent"
             break
         infra_cost += ran["cost_usd"] or 0.0
         ws.rename(next_attempt_dir(ws))

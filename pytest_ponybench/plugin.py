@@ -69,7 +69,8 @@ class PonybenchState:
                            arms_dir=self.settings.arms_dir, hook=hook, rehearsal=self.settings.rehearse,
                            max_budget_usd=self.cell_budget(), confine=self.settings.confine,
                            exclusive=not self.is_worker and self.settings.at_once == 1,
-                           retries=self.settings.retries, retry_wait=self.settings.retry_wait)
+                           retries=self.settings.retries, retry_wait=self.settings.retry_wait,
+                           max_cost=self.settings.max_cost)
 
 
 def state_of(config) -> PonybenchState:

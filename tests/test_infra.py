@@ -345,3 +345,12 @@ def test_resume_runs_an_infra_cell_again_and_keeps_its_old_workspace(project, py
     assert (run_dir / "add__baseline__haiku__0.attempt-1").is_dir()
     (record,) = pp.results(run_dir)
     assert record["status"] == "finished"
+
+
+def test_no_retry_starts_once_the_budget_is_spent(project, pytester):
+    root = project(write=pp.GOOD_WRITES, mode="api_error", api_error_cost=0.5)
+    result = pytester.runpytest(*pp.bench_args(root, "-k", "add", "--ponybench-max-cost=0.4", "-rs"))
+    result.assert_outcomes(skipped=1)
+    (record,) = pp.results(pp.only_run_dir(root))
+    assert record["attempts"] == 1 and "not retried: the run's budget of $0.4 is spent" in record["error"]
+    assert len(pp.calls(root)) == 1
