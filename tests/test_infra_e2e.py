@@ -7,7 +7,6 @@ arms from their hook events. No model API is reached.
 """
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
@@ -137,9 +136,8 @@ def test_a_401_stops_the_run_before_the_next_cell(claude_bin, tmp_path):
 
 # --- a real-mode run against a scripted server started by the project's conftest -----------------
 
-REAL_CONFTEST = f"""
+REAL_CONFTEST = """
 import os
-import pytest
 from pytest_ponybench.rehearsal import CellScript, ScriptedModel
 
 MODEL = ScriptedModel()
@@ -147,13 +145,13 @@ MODEL = ScriptedModel()
 
 def pytest_ponybench_agent_env(cell, workspace):
     MODEL.start()
-    calls = [("Skill", {{"skill": "ctx-plugin:pony-probe"}}), ("Glob", {{"pattern": "*.py"}})] \\
+    calls = [("Skill", {"skill": "ctx-plugin:pony-probe"}), ("Glob", {"pattern": "*.py"})] \\
         if cell.arm.name == "ctx" else []
     script = CellScript(writes=[(os.path.join(workspace, "calc.py"), "def double(x):\\n    return 2 * x\\n")],
                         tool_calls=calls, answer="Done.")
     url = MODEL.register(cell.id, script)
-    return {{"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "dummy-not-a-key", "IS_SANDBOX": "1",
-            "HOME": {{home!r}}, "CLAUDE_CONFIG_DIR": os.path.join({{home!r}}, ".claude")}}
+    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "dummy-not-a-key", "IS_SANDBOX": "1",
+            "HOME": HOME_DIR, "CLAUDE_CONFIG_DIR": os.path.join(HOME_DIR, ".claude")}
 
 
 def pytest_unconfigure(config):
@@ -166,7 +164,7 @@ def real_run(claude_bin, tmp_path_factory):
     root = tmp_path_factory.mktemp("real")
     home = root / "home"
     home.mkdir()
-    conftest = REAL_CONFTEST.replace("{home!r}", repr(str(home))).replace("{{", "{").replace("}}", "}")
+    conftest = REAL_CONFTEST.replace("HOME_DIR", repr(str(home)))
     write_project(root, {"double": TASK}, {
         "baseline": "description: nothing added\n",
         "ctx": f"plugin: {PLUGINS / 'ctx-plugin'}\nproof: ['PONYBENCH-CTX-MARKER-41d7']\n",
