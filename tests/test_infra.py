@@ -354,3 +354,12 @@ def test_no_retry_starts_once_the_budget_is_spent(project, pytester):
     (record,) = pp.results(pp.only_run_dir(root))
     assert record["attempts"] == 1 and "not retried: the run's budget of $0.4 is spent" in record["error"]
     assert len(pp.calls(root)) == 1
+
+
+def test_a_401_under_xdist_stops_each_worker_before_its_next_cell(project, pytester):
+    root = project(arms={f"a{i}": "{}\n" for i in range(6)}, write=pp.GOOD_WRITES, mode="api_error",
+                   api_status=401, api_type="authentication_error")
+    result = pytester.runpytest_subprocess(*pp.bench_args(root, "-k", "add", "-n", "2"))
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*the model API refused the credentials (401)*"])
+    assert 1 <= len(pp.calls(root)) <= 2  # at most the one cell each worker had started
