@@ -16,7 +16,7 @@ import signal
 
 import pytest
 
-from . import agent, instruments, record as records, summary
+from . import agent, instruments, record as records, summary, tables
 from .rundir import NotARunDir, RunDir, cost_history, usd, write_atomic
 from .spec import SpecError, load_task
 
@@ -86,6 +86,11 @@ class Gathering:
             "statuses": {"measured": sorted(records.MEASURED), "never_ran": sorted(records.NEVER_RAN),
                          "infra": sorted(records.INFRA)},
             "rows": summary.aggregate(every),
+            # Per arm x model: infra errors (left out of every rate) and retries; what the arms
+            # made the agent do. The same builders as the terminal, summary.md and report.html.
+            "infra_errors": records.infra_share(every)[0],
+            "infra": tables.infra_rows(every),
+            "activity": tables.activity_rows(every),
         }
         write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
         from . import report  # numpy: only when a report is written, never when pytest loads the plugin
@@ -250,7 +255,9 @@ class Controller:
             self.gathering.add(props)
             if not props.get("reused") and self.gathering.mode != "rescore":
                 cost = props.get("cost_usd")
+                attempts = props.get("attempts")
                 self.write(f"ponybench: {props['cell']} {props.get('status')}"
+                           f"{f' after {attempts} attempts' if isinstance(attempts, int) and attempts > 1 else ''}"
                            f"{'' if cost is None else ' ' + usd(cost)}; "
                            f"{usd(self.state.run_dir.spent())} spent so far")
         elif report.skipped and BUDGET_REACHED in str(report.longrepr):
@@ -280,25 +287,33 @@ class Controller:
             tr.write_line(f"{self.gathering.budget_skipped} cells skipped: {BUDGET_REACHED} "
                           f"({usd(state.run_dir.spent())} of {usd(state.settings.max_cost)}); "
                           f"finish them later with --ponybench-resume={state.run_dir.path}", yellow=True)
-        if state.settings.rehearse:
+        for line in tables.infra_lines(every):
+            loud = line.startswith("WARNING")
+            tr.write_line(line, red=loud, bold=loud, yellow=not loud)
+        for line in tables.activity_lines(every):
+            tr.write_line(line)
+        if self.gathering.mode != "rescore":  # a rescore proves nothing anew
             for line in arm_proof_lines(every):
                 tr.write_line(line)
+        if state.settings.rehearse:
             tr.write_line("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
                           "cost, tokens, LOC and rates above say nothing about any real model.",
                           yellow=True, bold=True)
 
 
 def arm_proof_lines(every: list[dict]) -> list[str]:
-    """One line per arm: did its text reach the (scripted) model in every cell that ran?"""
+    """One line per arm: was it proven in every cell that finished? In rehearsal by the
+    scripted model's records (its text reached the model, no other arm's did), in a real run
+    by the cells' hook events (proof.py). Cells the API failed are not counted either way."""
     lines = []
     for arm in sorted({r["arm"] for r in every}):
-        cells = [r for r in every if r["arm"] == arm]
+        cells = [r for r in every if r["arm"] == arm and not records.is_infra(r)]
         unproven = [r for r in cells if r.get("status") == records.ARM_UNPROVEN]
         checked = [r for r in cells if r.get("status") in (records.FINISHED, records.ARM_UNPROVEN)]
         if unproven:
             lines.append(f"arm {arm}: NOT proven in {len(unproven)} of {len(cells)} cells: {unproven[0]['error']}")
         elif checked:
-            lines.append(f"arm {arm}: proven ({len(checked)} of {len(cells)} cells reached the model with this arm only)")
+            lines.append(f"arm {arm}: proven in {len(checked)} of {len(cells)} cells (with this arm only)")
         else:
             lines.append(f"arm {arm}: not proven (no cell of this arm finished)")
     return lines
