@@ -154,7 +154,7 @@ class CellItem(_PlainFailure, pytest.Item):
 
     def check_budget(self, state) -> None:
         cap = state.settings.max_cost
-        if cap is not None and (so_far := state.run_dir.spent()) >= cap:
+        if cap is not None and (so_far := state.spent()) >= cap:
             pytest.skip(f"{BUDGET_REACHED}: {usd(so_far)} of {usd(cap)} spent")
 
     def reportinfo(self):

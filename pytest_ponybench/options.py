@@ -137,6 +137,10 @@ def add_storage_options(group) -> None:
     group.addoption("--ponybench-plots", action="store_true", default=False,
                     help="draw the plots of report.html (needs matplotlib; costs seconds at the end) "
                          "[ini ponybench_plots, default false]")
+    group.addoption("--ponybench-remote-workers", action="store_true", default=False,
+                    help="treat every xdist worker as on another host: it gets the tasks, arms and fixtures "
+                         "from the controller and sends each workspace back (gateways with chdir= or ssh= "
+                         "always are)")
     group.addoption("--ponybench-reference", default=None, metavar="ARM",
                     help="the arm the reports compare every other arm against [ini ponybench_reference, default baseline]")
 
@@ -177,6 +181,7 @@ class Settings:
     confine: bool
     at_once: int
     plots: bool
+    remote_workers: bool  # every xdist worker is treated as on another host (fleet.py)
     model_ids: list[str]
     tasks_dir: Path
     arms_dir: Path
@@ -245,6 +250,7 @@ def settings(config) -> Settings:
         confine=bool(opt.ponybench_confine),
         at_once=opt.ponybench_at_once or _ini_parsed(config, "ponybench_at_once", positive_int),
         plots=bool(opt.ponybench_plots or config.getini("ponybench_plots")),
+        remote_workers=bool(opt.ponybench_remote_workers),
         model_ids=list(config.getini("ponybench_model_ids")),
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),
