@@ -29,6 +29,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import tarfile
@@ -221,6 +222,14 @@ def unpack_on_worker(config, settings_cls) -> Unpacked | None:
         return None
     worker = config.workerinput.get("workerid", "?")
     scratch = Path(tempfile.mkdtemp(prefix=f"ponybench-{worker}-")).resolve()
+    try:
+        return _unpack_into(config, settings_cls, shipped, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def _unpack_into(config, settings_cls, shipped: dict, scratch: Path) -> Unpacked:
     _unpack(base64.b64decode(shipped["bundle"]), scratch)
     for var, arc in shipped["fixture_vars"].items():
         os.environ[var] = str(scratch / arc)  # a task's $VARIABLE fixture: the copy that travelled
@@ -232,11 +241,11 @@ def unpack_on_worker(config, settings_cls) -> Unpacked | None:
                 dir=scratch / "runs", rescore=None, resume=None)
     settings = settings_cls(**data)
     root = Path(config.rootpath).resolve()
-    where = f"worker {worker} on {host_name()}"
+    where = f"on host {host_name()}"
     if root == tree or root in tree.parents:
         raise WorkerCannotStart(f"{where}: its scratch folder {scratch} lies under its rootdir {root}, so its "
-                                f"node ids would differ from the controller's; use a gateway chdir outside "
-                                f"{tempfile.gettempdir()}")
+                                f"node ids would not be the controller's; point TMPDIR on that host at a folder "
+                                f"outside {root}")
     # Node ids are relative to the collected folder: `tasks/x.yaml::cell`, as on the controller.
     config.args[:] = [str(tree)]
     try:
@@ -482,7 +491,7 @@ class ControllerFleet:
                 report.user_properties[:] = list(props.items())
         self.tell_workers(run_dir)
 
-    @pytest.hookimpl(optionalhook=True)
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist prints the worker's traceback
     def pytest_testnodedown(self, node, error):
         problem = start_failure(node, error)
         if problem:
@@ -496,11 +505,6 @@ def start_failure(node, error) -> str | None:
         return None
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     reason = lines[-1] if lines else str(error)
-    for prefix in ("pytest_ponybench.fleet.WorkerCannotStart: ", "WorkerCannotStart: ", "_pytest.config.exceptions.UsageError: ",
-                   "UsageError: "):
-        if reason.startswith(prefix):
-            reason = reason[len(prefix):]
-    spec = node.gateway.spec
-    return (f"ponybench: the xdist worker {node.gateway.id} on {gateway_name(spec)} could not start, so the run "
-            f"stops here instead of starting it again: {reason}")
-
+    reason = re.sub(r"^[\w.]*(Error|Exception|CannotStart): ", "", reason)  # the exception's class
+    return (f"ponybench: the xdist worker {node.gateway.id} ({gateway_name(node.gateway.spec)}) could not start, "
+            f"so the run stops instead of starting it again: {reason}")
