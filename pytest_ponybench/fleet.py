@@ -108,19 +108,33 @@ def _tree_entries(root: Path, arcroot: str, skip=None) -> list[tuple[str, Path]]
     return entries
 
 
-def _unpack(data: bytes, dest: Path) -> None:
-    """Extract a tar.gz made by `_pack`, refusing members that leave `dest` or are devices."""
+def _unpack(data: bytes, dest: Path) -> list[str]:
+    """Extract a tar.gz made by `_pack`; the names of members left out: those that would land
+    outside `dest` (an agent's link to /etc, say) or are no file, folder or link."""
+    root = Path(dest).resolve()
+    refused: list[str] = []
+
+    def keep(member, path):
+        if hasattr(tarfile, "data_filter"):
+            try:
+                return tarfile.data_filter(member, path)
+            except tarfile.FilterError:
+                refused.append(member.name)
+                return None
+        target = (root / member.name).resolve()
+        link = (target.parent / member.linkname).resolve() if member.issym() else target
+        inside = all(p == root or root in p.parents for p in (target, link))
+        if not inside or not (member.isfile() or member.isdir() or member.issym()):
+            refused.append(member.name)
+            return None
+        return member
+
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, filter="data")
-            return
-        root = Path(dest).resolve()
-        for member in tar.getmembers():
-            target = (root / member.name).resolve()
-            if (target != root and root not in target.parents) or not (member.isfile() or member.isdir()
-                                                                       or member.issym()):
-                raise ValueError(f"refusing archive member {member.name}")
-        tar.extractall(dest)
+            tar.extractall(root, filter=keep)
+        else:  # a Python without extraction filters
+            tar.extractall(root, members=[m for m in tar.getmembers() if keep(m, str(root)) is not None])
+    return refused
 
 
 # --------------------------------------------------------------------------- out: the shipment
@@ -425,28 +439,10 @@ class ControllerFleet:
         except AttributeError:
             pass
         cell_id = str(props.get("cell"))
-        ws = run_dir.cell_dir(cell_id)
-        if home.get("tar"):
-            if ws.exists():
-                shutil.rmtree(ws)
-            with tempfile.TemporaryDirectory(prefix="ponybench-home-", dir=run_dir.path) as tmp:
-                _unpack(base64.b64decode(home["tar"]), Path(tmp))
-                os.replace(Path(tmp) / "ws", ws)
-            props["workspace"] = str(ws.resolve())
-            if home.get("cut"):
-                props[CUT_FIELD] = (f"{len(home['cut'])} files over the {MAX_RETURN // 2**20} MiB limit stayed in "
-                                    f"{home.get('left_in')} on {home.get('host')}: " + ", ".join(home["cut"][:20]))
-            result = ws / workspace.RESULT
-            if result.is_file():  # the record a resume reads names this copy too
-                try:
-                    record = json.loads(result.read_text(encoding="utf-8"))
-                except ValueError:
-                    record = None
-                if isinstance(record, dict):
-                    record["workspace"] = props["workspace"]
-                    if CUT_FIELD in props:
-                        record[CUT_FIELD] = props[CUT_FIELD]
-                    write_atomic(result, json.dumps(record, indent=1))
+        try:
+            self._write_workspace(home, props, run_dir.cell_dir(cell_id))
+        except Exception as exc:  # a damaged archive must not cost the run its other cells
+            props[CUT_FIELD] = f"the workspace from {home.get('host')} could not be written here: {exc}"
         worker = getattr(getattr(report, "node", None), "gateway", None)
         worker_id = getattr(worker, "id", "?")
         for entry in home.get("spend") or []:
@@ -456,6 +452,37 @@ class ControllerFleet:
             path = run_dir.path / name
             if name in RELAYED and isinstance(text, str) and (not path.is_file() or path.read_text() != text):
                 write_atomic(path, text)
+
+    @staticmethod
+    def _write_workspace(home: dict, props: dict, ws: Path) -> None:
+        if not home.get("tar"):
+            return
+        if ws.exists():
+            shutil.rmtree(ws)
+        with tempfile.TemporaryDirectory(prefix="ponybench-home-", dir=ws.parent) as tmp:
+            refused = _unpack(base64.b64decode(home["tar"]), Path(tmp))
+            os.replace(Path(tmp) / "ws", ws)
+        props["workspace"] = str(ws.resolve())
+        notes = []
+        if home.get("cut"):
+            notes.append(f"{len(home['cut'])} files over the {MAX_RETURN // 2**20} MiB limit stayed in "
+                         f"{home.get('left_in')} on {home.get('host')}: " + ", ".join(home["cut"][:20]))
+        if refused:
+            notes.append("links leading outside the workspace were not recreated here: "
+                         + ", ".join(name[len("ws/"):] for name in refused[:20]))
+        if notes:
+            props[CUT_FIELD] = "; ".join(notes)
+        result = ws / workspace.RESULT
+        if result.is_file():  # the record a resume reads names this copy too
+            try:
+                record = json.loads(result.read_text(encoding="utf-8"))
+            except ValueError:
+                record = None
+            if isinstance(record, dict):
+                record["workspace"] = props["workspace"]
+                if CUT_FIELD in props:
+                    record[CUT_FIELD] = props[CUT_FIELD]
+                write_atomic(result, json.dumps(record, indent=1))
 
     def tell_workers(self, run_dir: RunDir) -> None:
         """The run's spend and control files to every remote worker still up."""

@@ -321,3 +321,24 @@ def test_a_shipment_over_its_limit_is_refused_in_one_sentence(tmp_path):
     (project / "arms" / "noise.txt").write_bytes(bytes(range(256)) * 400)
     with pytest.raises(ValueError, match=r"pack to 0\.\d MiB, over the 0 MiB that may travel in workerinput"):
         fleet.shipment(shipped_settings(project), project, [], "stamp", limit=1000)
+
+
+def test_links_an_agent_made_to_outside_its_workspace_are_not_recreated_on_the_controller(tmp_path):
+    worker_run = tmp_path / "worker"
+    ws = a_cell_workspace(worker_run)
+    (ws / "passwd").symlink_to("/etc/passwd")
+    (ws / "up").symlink_to("../../elsewhere")
+    (ws / "inside").symlink_to("add.py")
+    data, cut = fleet.pack_workspace(ws)
+    assert cut == []
+    home = RunDir(tmp_path / "controller")
+    home.path.mkdir()
+    report = SimpleNamespace(**{fleet.RETURN_ATTR: {"tar": base64.b64encode(data).decode(), "cut": [], "host": "h",
+                                                    "left_in": str(ws), "spend": [], "relayed": {}}})
+    props = {"cell": ws.name}
+    fleet.ControllerFleet(SimpleNamespace(run_dir=home), forced=True).receive(report, props, home)
+    arrived = home.path / ws.name
+    assert (arrived / "inside").is_symlink() and (arrived / "inside").read_text() == GOOD_ADD["add.py"]
+    assert not (arrived / "passwd").is_symlink() and not (arrived / "up").is_symlink()
+    assert "not recreated here: passwd, up" in props["workspace_cut"] or \
+        "not recreated here: up, passwd" in props["workspace_cut"], props
