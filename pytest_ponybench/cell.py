@@ -83,13 +83,26 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     A result from a different task or arm spec is never reused; its workspace is moved aside
     (kept, since it was paid for) and the cell runs again."""
     ws = run_dir.cell_dir(cell.id)
+    record = finished_record(ws)
+    if record is None:
+        return None
+    if record.get("spec_hash") != cell.spec_hash:
+        set_aside(ws, record)
+        return None
+    return {**record, "reused": True}
+
+
+def finished_record(ws: Path) -> dict | None:
+    """The result a workspace holds of a cell that finished (whatever its spec), or None."""
     record = _read_json(ws / workspace.RESULT)
     if not record or record.get("status") in (records.NOT_RUN, records.INTERRUPTED):
         return None
-    if record.get("spec_hash") != cell.spec_hash:
-        ws.rename(ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
-        return None
-    return {**record, "reused": True}
+    return record
+
+
+def set_aside(ws: Path, record: dict) -> None:
+    """Keep a workspace of another spec beside the run (it was paid for) instead of reusing it."""
+    ws.rename(ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
 
 
 def run_cell(cell: Cell, ctx: CellContext) -> dict:

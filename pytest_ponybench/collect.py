@@ -142,7 +142,7 @@ class CellItem(_PlainFailure, pytest.Item):
         --ponybench-at-once above 1."""
         if self.rescore_workspace is not None:
             return cells.score_cell(self.cell, self.rescore_workspace)
-        if state.settings.resume is not None and (kept := cells.kept_result(self.cell, state.run_dir)):
+        if (kept := state.kept_result(self.cell)) is not None:
             return kept  # finished in an earlier session: reported, never paid twice
         self.check_budget(state)
         ctx = state.cell_context(self.config.hook)

@@ -137,11 +137,10 @@ class Controller:
             return
         tasks = self.tasks = self.validated_tasks()
         remote = fleet.remote_gateways(config)
-        for flag, given in (("--ponybench-rescore", state.settings.rescore), ("--ponybench-resume", state.settings.resume)):
-            if given is not None and remote:
-                raise pytest.UsageError(
-                    f"{flag} reads and writes the run directory on this machine, which remote workers "
-                    f"({', '.join(remote)}) do not share; run it here without -d/--tx (or with -n N)")
+        if state.settings.rescore is not None and remote:
+            raise pytest.UsageError(
+                f"--ponybench-rescore reads every workspace of the run directory on this machine, which remote "
+                f"workers ({', '.join(remote)}) do not have; rescore here without -d/--tx (or with -n N)")
         if state.settings.rescore is not None:
             self.gathering = Gathering(state.run_dir, mode="rescore")
             return

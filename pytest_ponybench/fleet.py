@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from . import agent, workspace
+from . import agent, cell as cells, workspace
 from .rundir import RunDir, read_jsonl, write_atomic
 
 SHIPMENT_KEY = "ponybench_fleet"
@@ -226,6 +226,7 @@ class Unpacked:
     settings: object  # options.Settings pointing at the scratch copies
     run_dir: RunDir
     claude: str
+    kept: dict = dataclasses.field(default_factory=dict)  # resume: cell id -> the controller's finished record
 
 
 def unpack_on_worker(config, settings_cls) -> Unpacked | None:
@@ -273,7 +274,8 @@ def _unpack_into(config, settings_cls, shipped: dict, scratch: Path) -> Unpacked
             raise WorkerCannotStart(f"{where}: {problem}")
     run_dir = RunDir(settings.dir / shipped["stamp"])
     run_dir.path.mkdir(parents=True, exist_ok=True)
-    return Unpacked(scratch=scratch, settings=settings, run_dir=run_dir, claude=claude)
+    return Unpacked(scratch=scratch, settings=settings, run_dir=run_dir, claude=claude,
+                    kept=shipped.get("kept") or {})
 
 
 def pack_workspace(ws: Path, limit: int = MAX_RETURN) -> tuple[bytes, list[str]]:
@@ -310,6 +312,10 @@ class WorkerFleet:
         self.counted: set[str] = set()  # this worker's cells in that figure
         self.lock = threading.Lock()
         self.left_behind = False  # a workspace did not fit home: keep the scratch folder
+
+    def kept_result(self, cell) -> dict | None:
+        """Resume: the controller's finished record of this cell, if it holds one of this spec."""
+        return self.unpacked.kept.get(cell.id)
 
     def spent(self) -> float:
         """The run's spend as far as this worker knows: the controller's figure plus this
@@ -387,6 +393,19 @@ class WorkerFleet:
 # --------------------------------------------------------------------------- the controller's side
 
 
+def kept_records(state, tasks: list) -> dict[str, dict]:
+    """Resume with remote workers: every cell of the run already finished under its present
+    spec, as the record a worker reports instead of running it. Nothing is moved here: a
+    stale workspace is set aside when its new run comes home."""
+    kept = {}
+    for task in tasks:
+        for cell in state.cells_for(task):
+            record = cells.finished_record(state.run_dir.cell_dir(cell.id))
+            if record is not None and record.get("spec_hash") == cell.spec_hash:
+                kept[cell.id] = {**record, "reused": True}
+    return kept
+
+
 def remote_gateways(config) -> list[str]:
     """The gateways of this session whose workers are remote (empty without xdist)."""
     if config.getoption("dist", "no") == "no":
@@ -424,6 +443,8 @@ class ControllerFleet:
                 self._shipment = shipment(self.state.settings, rootpath, tasks, self.state.run_dir.name)
             except ValueError as exc:
                 pytest.exit(f"ponybench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+            if self.state.settings.resume is not None:
+                self._shipment["kept"] = kept_records(self.state, tasks)
         node.workerinput[SHIPMENT_KEY] = self._shipment
         self.remote_nodes.append(node)
         return True
@@ -457,8 +478,11 @@ class ControllerFleet:
     def _write_workspace(home: dict, props: dict, ws: Path) -> None:
         if not home.get("tar"):
             return
-        if ws.exists():
-            shutil.rmtree(ws)
+        earlier = cells.finished_record(ws) if ws.is_dir() else None
+        if earlier is not None and earlier.get("spec_hash") != props.get("spec_hash"):
+            cells.set_aside(ws, earlier)  # a resume ran it again under another spec: keep the paid one
+        elif ws.exists():
+            shutil.rmtree(ws)  # in flight when the run died: a resume starts it afresh, as here
         with tempfile.TemporaryDirectory(prefix="ponybench-home-", dir=ws.parent) as tmp:
             refused = _unpack(base64.b64decode(home["tar"]), Path(tmp))
             os.replace(Path(tmp) / "ws", ws)

@@ -56,6 +56,17 @@ class PonybenchState:
             found.append((Cell(task, arm, str(ident["model"]), str(ident["model_id"]), int(ident["run"])), ws))
         return found
 
+    def kept_result(self, cell: Cell) -> dict | None:
+        """Under --ponybench-resume, this cell's finished record from the kept run (never paid
+        twice); a remote worker has the controller's, sent with its shipment."""
+        if self.fleet is not None:
+            return self.fleet.kept_result(cell)
+        if self.settings.resume is None:
+            return None
+        from .cell import kept_result
+
+        return kept_result(cell, self.run_dir)
+
     def spent(self) -> float:
         """What the run has spent so far, as far as this process can know."""
         return self.fleet.spent() if self.fleet is not None else self.run_dir.spent()

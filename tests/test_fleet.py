@@ -139,6 +139,29 @@ def test_the_budget_holds_across_three_remote_gateways_within_one_cell_per_worke
     assert scratch_left(where["hosttmp"]) == []
 
 
+def test_a_resume_on_remote_workers_reuses_what_the_controller_kept_and_pays_for_no_cell_twice(tmp_path):
+    where = hosts(tmp_path, "A", "B")
+    root = write_project(tmp_path / "project", {"add": ADD_TASK})
+    env = {**fake_env(root, write=GOOD_ADD, cost=COST), "TMPDIR": str(where["hosttmp"])}
+    gateways = ["-d", "--tx", f"popen//chdir={where['A']}", "--tx", f"popen//chdir={where['B']}"]
+    first = run(root, bench_args(root, "--runs=6", "--ponybench-max-cost=0.6", *gateways), env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    run_dir = only_run_dir(root)
+    paid = {r["cell"] for r in results(run_dir)}
+    assert 3 <= len(paid) < 6, paid  # the budget left cells for the resume
+
+    again = run(root, bench_args(root, "--runs=6", f"--ponybench-resume={run_dir}", *gateways), env)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    every = {r["cell"]: r for r in results(run_dir)}
+    assert sorted(every) == [f"add__baseline__haiku__{i}" for i in range(6)]
+    assert {cell for cell, r in every.items() if r["reused"]} == paid
+    assert all(r["passed"] for r in every.values())
+    assert all((run_dir / cell / "add.py").is_file() for cell in every)
+    # Each cell was paid for once: the fake CLI ran six times over both sessions.
+    assert sorted(call["cwd"].rsplit("/", 1)[-1] for call in calls(root)) == sorted(every)
+    assert summary(run_dir)["spent_usd"] == pytest.approx(6 * COST)
+
+
 # --------------------------------------------------------------------------- a worker that cannot start
 
 
