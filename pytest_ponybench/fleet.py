@@ -181,23 +181,21 @@ def shipment(settings, rootpath: Path, tasks: list, stamp: str, limit: int = MAX
         entries += _tree_entries(settings.arms_dir, "arms", workspace._skipped)
     entries.append(("fixtures", settings.tasks_dir))  # an empty fixtures folder at least
     variables: dict[str, str] = {}
-    shipped = set()
     fixtures_root = settings.fixtures_dir.resolve()
     for task in tasks:
-        if task.fixture is None or task.fixture in shipped:
+        if task.fixture is None:
             continue
-        shipped.add(task.fixture)
-        if fixtures_root in task.fixture.parents:
-            rel_fixture = task.fixture.relative_to(fixtures_root)
+        var = _fixture_variable(task.path)
+        if var:  # the worker points VAR at the copy; the task file stays as it is
+            arcroot = variables[var] = f"fixture-vars/{var}"
+            entries.append(("fixture-vars", task.fixture))
+        else:
+            rel_fixture = task.fixture.relative_to(fixtures_root)  # spec.py keeps it under fixtures/
             for i in range(1, len(rel_fixture.parts)):
                 entries.append(("fixtures/" + "/".join(rel_fixture.parts[:i]), task.fixture))
-            entries += _tree_entries(task.fixture, f"fixtures/{rel_fixture.as_posix()}", workspace._skipped)
-        else:
-            var = _fixture_variable(task.path)
-            if var:
-                variables[var] = f"fixture-vars/{var}"
-                entries.append(("fixture-vars", task.fixture))
-                entries += _tree_entries(task.fixture, variables[var], workspace._skipped)
+            arcroot = f"fixtures/{rel_fixture.as_posix()}"
+        if not any(name == arcroot for name, _ in entries):
+            entries += _tree_entries(task.fixture, arcroot, workspace._skipped)
     data = _pack(_dedupe(entries))
     if len(data) > limit:
         raise ValueError(
