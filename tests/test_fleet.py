@@ -278,7 +278,7 @@ def test_a_worker_that_was_never_ready_is_named_once_a_crashed_one_is_not(tmp_pa
 def shipped_settings(project: Path, **changes) -> options.Settings:
     values = dict(enabled=True, models=["haiku"], arms=None, runs=1, timeout=60.0, dir=project / "runs",
                   claude=str(FAKE), rescore=None, rehearse=True, rehearse_ref="good", reference="baseline",
-                  reference_given=False, resume=None, max_cost=None, max_cell_cost=None, confine=False, at_once=1,
+                  reference_given=False, resume=None, max_cost=None, max_cell_cost=None, confine=False, at_once=1, plots=False,
                   remote_workers=True, model_ids=[], tasks_dir=project / "bench" / "tasks",
                   arms_dir=project / "arms", fixtures_dir=project / "fixtures")
     values.update(changes)
