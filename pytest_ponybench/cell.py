@@ -57,6 +57,7 @@ class CellContext:
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
     retries: int = 2  # runs again of a cell that ended as infra_error
     max_cost: float | None = None  # the run's budget: no retry starts once it is spent
+    spent: object = None  # what the whole run has spent (a remote worker's own ledger is partial)
     retry_wait: float = 10.0  # seconds before the first retry, doubling; also the 429 pause
     sleep: object = time.sleep  # tests replace it to see the waits without waiting
 
@@ -89,6 +90,17 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     A result from a different task or arm spec is never reused; its workspace is moved aside
     (kept, since it was paid for) and the cell runs again."""
     ws = run_dir.cell_dir(cell.id)
+    record = finished_record(ws)
+    if record is None:
+        return None
+    if record.get("spec_hash") != cell.spec_hash:
+        set_aside(ws, record)
+        return None
+    return {**record, "reused": True}
+
+
+def finished_record(ws: Path) -> dict | None:
+    """The result a workspace holds of a cell that finished (whatever its spec), or None."""
     record = _read_json(ws / workspace.RESULT)
     if record.get("status") in records.INFRA:
         # The API failed it: run it again, keeping the failed (paid) workspace as an attempt.
@@ -96,10 +108,12 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
         return None
     if not record or record.get("status") in (records.NOT_RUN, records.INTERRUPTED):
         return None
-    if record.get("spec_hash") != cell.spec_hash:
-        ws.rename(ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
-        return None
-    return {**record, "reused": True}
+    return record
+
+
+def set_aside(ws: Path, record: dict) -> None:
+    """Keep a workspace of another spec beside the run (it was paid for) instead of reusing it."""
+    ws.rename(ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
 
 
 def next_attempt_dir(ws: Path) -> Path:
@@ -132,7 +146,7 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
         if (ran["status"] not in records.INFRA or attempt > ctx.retries
                 or ran["api_error_status"] in agent.AUTH_STATUSES):
             break
-        if ctx.max_cost is not None and ctx.run_dir.spent() >= ctx.max_cost:
+        if ctx.max_cost is not None and (ctx.spent or ctx.run_dir.spent)() >= ctx.max_cost:
             ran["error"] += f"; not retried: the run's budget of ${ctx.max_cost:g} is spent"
             break
         infra_cost += ran["cost_usd"] or 0.0

@@ -150,7 +150,7 @@ class CellItem(_PlainFailure, pytest.Item):
         --ponybench-at-once above 1."""
         if self.rescore_workspace is not None:
             return cells.score_cell(self.cell, self.rescore_workspace)
-        if state.settings.resume is not None and (kept := cells.kept_result(self.cell, state.run_dir)):
+        if (kept := state.kept_result(self.cell)) is not None:
             return kept  # finished in an earlier session: reported, never paid twice
         self.check_budget(state)
         ctx = state.cell_context(self.config.hook)
@@ -162,7 +162,7 @@ class CellItem(_PlainFailure, pytest.Item):
 
     def check_budget(self, state) -> None:
         cap = state.settings.max_cost
-        if cap is not None and (so_far := state.run_dir.spent()) >= cap:
+        if cap is not None and (so_far := state.spent()) >= cap:
             pytest.skip(f"{BUDGET_REACHED}: {usd(so_far)} of {usd(cap)} spent")
 
     def reportinfo(self):

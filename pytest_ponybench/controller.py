@@ -16,7 +16,7 @@ import signal
 
 import pytest
 
-from . import agent, instruments, record as records, summary, tables
+from . import agent, fleet, instruments, record as records, summary, tables
 from .rundir import NotARunDir, RunDir, cost_history, usd, write_atomic
 from .spec import SpecError, load_task
 
@@ -126,6 +126,10 @@ class Controller:
         self.gathering: Gathering | None = None
         self.announced = False
         self.written: list = []
+        self.tasks: list = []
+        # Workers on other hosts: shipments out, workspaces home, one budget (fleet.py).
+        self.fleet = fleet.ControllerFleet(state, state.settings.remote_workers)
+        config.pluginmanager.register(self.fleet, "ponybench-fleet")
 
     # ---------------------------------------------------------------- the gate
 
@@ -136,7 +140,12 @@ class Controller:
         state, config = self.state, self.config
         if config.option.collectonly:  # --co only lists cells: no gate, no run directory
             return
-        tasks = self.validated_tasks()
+        tasks = self.tasks = self.validated_tasks()
+        remote = fleet.remote_gateways(config)
+        if state.settings.rescore is not None and remote:
+            raise pytest.UsageError(
+                f"--ponybench-rescore reads every workspace of the run directory on this machine, which remote "
+                f"workers ({', '.join(remote)}) do not have; rescore here without -d/--tx (or with -n N)")
         if state.settings.rescore is not None:
             self.gathering = Gathering(state.run_dir, mode="rescore")
             return
@@ -198,9 +207,11 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node):
-        """Hand the run directory and the CLI to every worker."""
+        """Hand the run directory and the CLI to every worker; a remote one also gets the tasks,
+        arms, fixtures and settings it needs (fleet.py)."""
         node.workerinput["ponybench_run_dir"] = str(self.state.run_dir.path)
         node.workerinput["ponybench_claude"] = self.state.claude
+        self.fleet.configure_node(node, self.tasks, self.config.rootpath)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +91,10 @@ def positive_usd(value: str) -> float:
 
 def existing_dir(value: str) -> Path:
     path = Path(value).expanduser()
+    if not path.is_dir() and os.environ.get("PYTEST_XDIST_WORKER"):
+        # An xdist worker parses the controller's arguments, and a worker on another host has
+        # no such folder: the controller checked it, and a remote worker never opens it.
+        return Path(os.path.abspath(path))
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{value} is not a directory")
     return path.resolve()
@@ -170,6 +175,10 @@ def add_storage_options(group) -> None:
     group.addoption("--ponybench-plots", action="store_true", default=False,
                     help="draw the plots of report.html (needs matplotlib; costs seconds at the end) "
                          "[ini ponybench_plots, default false]")
+    group.addoption("--ponybench-remote-workers", action="store_true", default=False,
+                    help="treat every xdist worker as on another host: it gets the tasks, arms and fixtures "
+                         "from the controller and sends each workspace back (gateways with chdir= or ssh= "
+                         "always are)")
     group.addoption("--ponybench-reference", default=None, metavar="ARM",
                     help="the arm the reports compare every other arm against [ini ponybench_reference, default baseline]")
 
@@ -213,6 +222,7 @@ class Settings:
     retries: int
     retry_wait: float
     rehearse_fault: object  # rehearsal.Fault or None
+    remote_workers: bool  # every xdist worker is treated as on another host (fleet.py)
     model_ids: list[str]
     tasks_dir: Path
     arms_dir: Path
@@ -285,6 +295,7 @@ def settings(config) -> Settings:
                  else _ini_parsed(config, "ponybench_retries", retry_count)),
         retry_wait=_ini_parsed(config, "ponybench_retry_wait", wait_seconds),
         rehearse_fault=opt.ponybench_rehearse_fault,
+        remote_workers=bool(opt.ponybench_remote_workers),
         model_ids=list(config.getini("ponybench_model_ids")),
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from . import options, pool, procs
+from . import fleet, options, pool, procs
 from .cell import Cell, CellContext, read_identity
 from .collect import TaskFile, TasksDir, arm_placeholder
 from .rundir import RunDir
@@ -34,6 +34,7 @@ class PonybenchState:
     claude: str | None = None
     claude_version: str = ""
     is_worker: bool = False  # an xdist worker: other cells run beside this process's
+    fleet: fleet.WorkerFleet | None = None  # a remote worker: the run's spend comes from the controller
 
     def selected_arms(self) -> list[ArmSpec]:
         names = self.settings.arms or sorted(self.arms)
@@ -55,12 +56,27 @@ class PonybenchState:
             found.append((Cell(task, arm, str(ident["model"]), str(ident["model_id"]), int(ident["run"])), ws))
         return found
 
+    def kept_result(self, cell: Cell) -> dict | None:
+        """Under --ponybench-resume, this cell's finished record from the kept run (never paid
+        twice); a remote worker has the controller's, sent with its shipment."""
+        if self.fleet is not None:
+            return self.fleet.kept_result(cell)
+        if self.settings.resume is None:
+            return None
+        from .cell import kept_result
+
+        return kept_result(cell, self.run_dir)
+
+    def spent(self) -> float:
+        """What the run has spent so far, as far as this process can know."""
+        return self.fleet.spent() if self.fleet is not None else self.run_dir.spent()
+
     def cell_budget(self) -> float | None:
         """The CLI's --max-budget-usd for the next cell: the per-cell cap, and never more than
         what is left of the run's budget."""
         caps = [self.settings.max_cell_cost]
         if self.settings.max_cost is not None:
-            caps.append(max(self.settings.max_cost - self.run_dir.spent(), 0.0))
+            caps.append(max(self.settings.max_cost - self.spent(), 0.0))
         caps = [c for c in caps if c is not None]
         return min(caps) if caps else None
 
@@ -70,7 +86,7 @@ class PonybenchState:
                            max_budget_usd=self.cell_budget(), confine=self.settings.confine,
                            exclusive=not self.is_worker and self.settings.at_once == 1,
                            retries=self.settings.retries, retry_wait=self.settings.retry_wait,
-                           max_cost=self.settings.max_cost)
+                           max_cost=self.settings.max_cost, spent=self.spent)
 
 
 def state_of(config) -> PonybenchState:
@@ -109,6 +125,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "selftest: proves an instrument of the benchmark (no spend)")
     config.addinivalue_line("markers", "ponybench: a benchmark cell (task x arm x model x run)")
     settings = options.settings(config)
+    unpacked = None
+    if is_worker(config) and settings.enabled:
+        try:  # a remote worker: the controller's tasks, arms, fixtures and settings (fleet.py)
+            unpacked = fleet.unpack_on_worker(config, options.Settings)
+        except fleet.WorkerCannotStart as exc:
+            raise pytest.UsageError(str(exc)) from None
+        settings = unpacked.settings if unpacked is not None else settings
     state = PonybenchState(settings=settings)
     config.stash[STATE] = state
     if not is_worker(config):
@@ -126,8 +149,13 @@ def pytest_configure(config):
         return
     if is_worker(config):
         state.is_worker = True
-        state.run_dir = RunDir(Path(config.workerinput["ponybench_run_dir"]))
-        state.claude = config.workerinput["ponybench_claude"]
+        if unpacked is not None:
+            state.run_dir, state.claude = unpacked.run_dir, unpacked.claude
+            state.fleet = fleet.WorkerFleet(config, unpacked)
+            config.pluginmanager.register(state.fleet, "ponybench-worker-fleet")
+        else:
+            state.run_dir = RunDir(Path(config.workerinput["ponybench_run_dir"]))
+            state.claude = config.workerinput["ponybench_claude"]
     else:
         from .controller import Controller
 

@@ -55,6 +55,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
     # how the agent run ended
     "status": _str, "ran": _bool, "error": _str, "rehearsal": _bool, "reused": _bool,
     "escaped": _str, "workspace": _str,
+    "workspace_cut": _str,  # only on a remote worker's cell whose workspace did not all fit home (fleet.py)
     # verdicts
     "correct": (int,), "safe": (int,), "correct_reason": _str, "safe_reason": _str,
     "passed": _bool, "failure": _str,
