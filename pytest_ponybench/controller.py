@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -179,9 +180,17 @@ class Controller:
         broken file stops the run before its first cell. --continue-on-collection-errors
         still runs the valid ones."""
         tasks, broken = [], []
-        for path in sorted(self.state.settings.tasks_dir.glob("*.y*ml")):
+        try:
+            files = self.state.all_tasks()  # the project's and the shipped library's (library.py)
+        except SpecError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        cases = self.state.evals.cases if self.state.evals is not None else {}
+        for path, fixtures in files:
+            if fixtures is None:  # an imported eval case, validated when it was imported
+                tasks.append(cases[Path(path).parent.name].task)
+                continue
             try:
-                tasks.append(load_task(path, self.state.settings.fixtures_dir))
+                tasks.append(load_task(path, fixtures))
             except SpecError as exc:
                 broken.append(str(exc))
         if broken and not self.config.option.continue_on_collection_errors:
