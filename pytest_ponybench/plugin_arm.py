@@ -22,6 +22,8 @@ MANIFESTS = (".claude-plugin/plugin.json", "plugin.json")
 CONTEXT_RE = re.compile(r'\\?"additionalContext\\?"\s*:\s*\\?"((?:[^"\\]|\\.)*?)\\?"')
 MIN_PROOF = 12  # shorter literal runs could appear in any arm's requests
 MAX_SCRIPT = 256 * 1024  # a hook script larger than this is not read for proof texts
+PLUGIN_PARTS = (".claude-plugin", "plugin.json", "hooks", "skills", "commands", "agents", "output-styles",
+                ".mcp.json", "bin", "scripts")
 PLUGIN_ROOT_VARS = ("${CLAUDE_PLUGIN_ROOT}", "$CLAUDE_PLUGIN_ROOT")
 
 
@@ -116,7 +118,11 @@ def _content_hash(plugin: Path) -> str:
     """Changes when any file of the plugin changes: a kept result of an older plugin is
     never reused by a resume."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in plugin.rglob("*") if p.is_file() and "evals" not in p.relative_to(plugin).parts[:1]):
+    # What the CLI loads from a plugin; never its evals/, a runs/ folder or a node_modules/
+    # beside them, which change with every run or weigh hundreds of megabytes.
+    parts = [plugin / name for name in PLUGIN_PARTS]
+    files = [p for part in parts for p in ([part] if part.is_file() else sorted(part.rglob("*")) if part.is_dir() else [])]
+    for path in (p for p in files if p.is_file()):
         digest.update(str(path.relative_to(plugin)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]

@@ -202,7 +202,7 @@ def load_suite(plugin: Path, plugin_arm: str) -> list[EvalCase]:
     return [load_case(case, plugin_arm) for case in find_cases(evals)]
 
 
-@dataclass
+@dataclass(eq=False)  # a pytest plugin object must hash by identity
 class EvalSuites:
     """The imported cases of a session, by task name, as a pytest plugin: it names each
     cell's judged graders in its record, plays each case's rehearsal answer, and lists what
