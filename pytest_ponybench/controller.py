@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, instruments, record as records, summary
+from . import agent, instruments, progress, record as records, summary
 from .rundir import NotARunDir, RunDir, cost_history, usd, write_atomic
 from .spec import SpecError, load_task
 
@@ -122,6 +122,8 @@ class Controller:
         self.gathering: Gathering | None = None
         self.announced = False
         self.written: list = []
+        self.progress: progress.ProgressPrinter | None = None
+        self.interrupted = False
 
     # ---------------------------------------------------------------- the gate
 
@@ -241,7 +243,22 @@ class Controller:
             line += "; no earlier run of these tasks and models to estimate the cost from"
         if settings.max_cost is not None:
             line += f"; budget {usd(settings.max_cost)} ({usd(run_dir.spent())} spent so far)"
+        if settings.rehearse:
+            line += "; every dollar figure of a rehearsal is simulated"
         self.write(line)
+        self.progress = self.make_progress(len(cells))
+
+    def make_progress(self, total: int) -> progress.ProgressPrinter:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        tty = bool(reporter is not None and getattr(reporter, "isatty", False))
+        count = progress.Progress(total=total, rehearsal=self.state.settings.rehearse)
+        rewrite = (lambda line: reporter.rewrite(line, erase=True)) if tty else None
+        return progress.ProgressPrinter(count, self.write_plain if tty else self.write, rewrite, tty)
+
+    def write_plain(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(line)
 
     def write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -257,17 +274,35 @@ class Controller:
         props = dict(report.user_properties)
         if report.when == "call" and "cell" in props:
             self.gathering.add(props)
-            if not props.get("reused") and self.gathering.mode != "rescore":
-                cost = props.get("cost_usd")
-                self.write(f"ponybench: {props['cell']} {props.get('status')}"
-                           f"{'' if cost is None else ' ' + usd(cost)}; "
-                           f"{usd(self.state.run_dir.spent())} spent so far")
+            if self.progress is not None:
+                self.progress.progress.add(props, self.state.run_dir.spent())
+                self.progress.update()
         elif report.skipped and BUDGET_REACHED in str(report.longrepr):
             self.gathering.budget_skipped += 1
+            if self.progress is not None:
+                self.progress.progress.skip(self.state.run_dir.spent())
+                self.progress.update()
 
     # ---------------------------------------------------------------- the end
 
+    def pytest_keyboard_interrupt(self, excinfo):
+        self.interrupted = True
+        if self.progress is not None:
+            self.progress.close()
+
+    def pytest_unconfigure(self, config):
+        """Last of all: the run's summary.md into a GitHub Actions job summary, and after an
+        interrupt, as the very last line, the command that finishes the run."""
+        if self.gathering is None or self.gathering.mode == "rescore":
+            return
+        summary.append_step_summary(self.state.run_dir.path / "summary.md")
+        if self.interrupted:
+            self.write_plain("interrupted; finish this run (finished cells are kept, never paid twice) with: "
+                             + progress.resume_command(config.invocation_params.args, self.state.run_dir.path))
+
     def pytest_sessionfinish(self, session, exitstatus):
+        if self.progress is not None:
+            self.progress.close()
         if self.gathering is not None:
             s = self.state
             self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
