@@ -132,7 +132,10 @@ def _read(path: Path) -> str:
 def evidence(workspace: Path, transcript: Path | None) -> Evidence:
     trace = _read(transcript) if transcript is not None and transcript.is_file() else ""
     calls, written, last, result_text = [], [], "", None
+    # The agent's paths are absolute in the kept workspace, where it ran (the init line's cwd;
+    # the transcript sits there too), while graders read a disposable copy of it.
     original = transcript.parent if transcript is not None else workspace
+    raw_paths = []
     for line in trace.splitlines():
         try:
             event = json.loads(line)
@@ -140,6 +143,8 @@ def evidence(workspace: Path, transcript: Path | None) -> Evidence:
             continue
         if not isinstance(event, dict):
             continue
+        if event.get("type") == "system" and event.get("subtype") == "init" and isinstance(event.get("cwd"), str):
+            original = Path(event["cwd"])
         if event.get("type") == "result" and isinstance(event.get("result"), str):
             result_text = event["result"]
         message = event.get("message") if event.get("type") == "assistant" else None
@@ -155,9 +160,10 @@ def evidence(workspace: Path, transcript: Path | None) -> Evidence:
                 calls.append((block["name"], json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False)))
                 key = WRITE_TOOLS.get(block["name"])
                 if key and isinstance(tool_input.get(key), str):
-                    written.append(_relative(tool_input[key], original))
+                    raw_paths.append(tool_input[key])
         if texts:
             last = "\n".join(texts)
+    written = [_relative(p, original) for p in raw_paths]
     return Evidence(workspace=workspace, trace=trace, last_message=result_text if result_text is not None else last,
                     calls=calls, written=[w for w in written if w])
 
