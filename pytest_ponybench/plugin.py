@@ -143,6 +143,7 @@ def pytest_configure(config):
         state.model_ids = model_ids(settings.model_ids)
         state.task_folders = library.task_folders(settings.tasks_dir, settings.fixtures_dir, settings.library)
         if settings.enabled:
+            library.all_task_files(state.task_folders)  # a task name in two folders: stop here, naming both
             _load_arms_and_suites(state, config)
             _validate_selection(state)
     except SpecError as exc:
