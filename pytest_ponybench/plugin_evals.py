@@ -37,6 +37,10 @@ from .spec import NAME_RE, SpecError, TaskSpec, check_relative
 CASE_FILES = ("case.yaml", "prompt.md")
 USED_KEYS = {"prompt", "execution", "tags", "graders", "files", "ponybench", "name", "description"}
 FRONT_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)", re.S)
+# Keys that tune the CLI run: the harness runs every cell its own way (one timeout, the same
+# tools for every arm), so these are named in the description and nothing more.
+RUN_LIMITS = {"max_turns", "timeout_seconds", "allowed_tools", "model", "runs", "env", "schema_version", "arm"}
+SETUP_SCRIPTS = ("scaffold.sh", "setup.sh")
 MAX_FILES = 200  # files of one case's files/ folder
 CHECK_TIMEOUT = 30.0
 
@@ -49,6 +53,12 @@ class EvalCase:
     not_run: tuple[str, ...]  # "name (kind)" of each judged grader
     rehearsal_answer: str | None = None
     ignored: tuple[str, ...] = ()
+
+    @property
+    def setup_not_run(self) -> tuple[str, ...]:
+        """What the case declares beyond files and run limits (a setup script, extra folders,
+        history): the agent starts without it, and the output says so."""
+        return tuple(k for k in self.ignored if k not in RUN_LIMITS)
 
 
 def front_matter(text: str, where: Path) -> tuple[dict, str]:
@@ -170,7 +180,8 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
     not_run = tuple(f"{g['name']} ({g['type']})" for g in graders if g["type"] in grading.JUDGED)
     tags = [t for t in list(raw.get("tags") or []) + list(front.get("tags") or [])
             if isinstance(t, str) and t.isidentifier()]
-    ignored = tuple(sorted((set(raw) - USED_KEYS) | (set(front) - {"tags"})))
+    ignored = tuple(sorted((set(raw) - USED_KEYS) | (set(front) - {"tags"})
+                           | {name for name in SETUP_SCRIPTS if (case / name).is_file()}))
     rehearsal_files, answer = _rehearsal(raw, where)
     checks = {}
     if runnable:
@@ -234,13 +245,18 @@ class EvalSuites:
             script.answer = case.rehearsal_answer
 
     def not_run_lines(self) -> list[str]:
-        return [f"{name}: judged graders not run (they need a second model): {', '.join(case.not_run)}"
-                for name, case in sorted(self.cases.items()) if case.not_run]
+        lines = []
+        for name, case in sorted(self.cases.items()):
+            if case.not_run:
+                lines.append(f"{name}: judged graders not run (they need a second model): {', '.join(case.not_run)}")
+            if case.setup_not_run:
+                lines.append(f"{name}: not imported, the agent starts without it: {', '.join(case.setup_not_run)}")
+        return lines
 
     def pytest_terminal_summary(self, terminalreporter):
         lines = self.not_run_lines()
         if lines:
-            terminalreporter.write_sep("-", "claude plugin eval graders not run")
+            terminalreporter.write_sep("-", "claude plugin eval: not run here")
             for line in lines:
                 terminalreporter.write_line(line, yellow=True)
 
@@ -264,5 +280,6 @@ class EvalSuites:
         if not lines:
             return ""
         return "\n## Graders not run\n\nJudged graders of the imported `claude plugin eval` cases need a " \
-               "second model; they are listed here, never counted as passed:\n\n" + \
+               "second model: they are listed here, never counted as passed. A case's setup this import " \
+               "cannot reproduce is listed too:\n\n" + \
                "".join(f"- {line}\n" for line in lines)

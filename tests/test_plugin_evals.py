@@ -194,7 +194,15 @@ def test_a_case_becomes_a_task_named_like_its_folder_with_its_setup_and_judged_g
     assert task.tags == ("plugin_eval", "slugs") and task.kind == "surgical" and not task.gated
     assert case.not_run == ("against-reference (baseline)", "quality (llm)")
     assert "not run (judged): against-reference (baseline), quality (llm)" in task.description
-    assert "not imported: max_turns" in task.description
+    assert "not imported: max_turns" in task.description and case.setup_not_run == ()
+    (folder / "scaffold.sh").write_text("git init\n")
+    (folder / "case.yaml").write_text(yaml.safe_dump({**yaml.safe_load((folder / "case.yaml").read_text()),
+                                                     "context": {"add_dirs": ["../shared"]}}))
+    (case,) = plugin_evals.load_suite(tmp_path, "tidy-plugin")
+    assert case.setup_not_run == ("context", "scaffold.sh")
+    suites = plugin_evals.EvalSuites()
+    suites.add([case], {})
+    assert "slug-case: not imported, the agent starts without it: context, scaffold.sh" in suites.not_run_lines()
     runnable = json.loads(task.checks["correct"].split("assert_graders(", 1)[1].rsplit(")", 1)[0].strip("'"))
     assert [(g["name"], g["type"]) for g in runnable] == [("pattern-in-body", "regex"), ("tool_used-2", "tool_used")]
     assert runnable[0]["pattern"] == "def slugify"
