@@ -252,7 +252,8 @@ class Controller:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         tty = bool(reporter is not None and getattr(reporter, "isatty", False))
         count = progress.Progress(total=total, rehearsal=self.state.settings.rehearse)
-        rewrite = (lambda line: reporter.rewrite(line, erase=True)) if tty else None
+        # A rewritten line must fit the terminal: a wrapped one cannot be rewritten in place.
+        rewrite = (lambda line: reporter.rewrite(line[:max(reporter._tw.fullwidth - 1, 20)], erase=True)) if tty else None
         return progress.ProgressPrinter(count, self.write_plain if tty else self.write, rewrite, tty)
 
     def write_plain(self, line: str) -> None:
