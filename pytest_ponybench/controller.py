@@ -246,6 +246,9 @@ class Controller:
         if settings.rehearse:
             line += "; every dollar figure of a rehearsal is simulated"
         self.write(line)
+        for memory in agent.memory_files_above(run_dir.path):
+            self.write(f"ponybench: warning: {memory} is above the run directory, so the CLI puts it in front of "
+                       f"the model in every cell of every arm; keep runs elsewhere (--ponybench-dir=/tmp/runs)")
         self.progress = self.make_progress(len(cells))
 
     def make_progress(self, total: int) -> progress.ProgressPrinter:

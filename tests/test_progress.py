@@ -111,3 +111,14 @@ def test_after_ctrl_c_the_last_line_is_the_command_that_resumes_the_run(tmp_path
     assert last.startswith("interrupted; finish this run"), stdout[-2000:]
     assert last.endswith(f"--ponybench-resume={run_dir}")
     assert "--runs=3" in last and "--ponybench-timeout=300" in last
+
+
+def test_a_claude_md_above_the_run_directory_is_warned_about_before_the_first_cell(tmp_path):
+    root = write_project(tmp_path / "p", {"add": ADD_TASK})
+    (root / "CLAUDE.md").write_text("Always write Rust.\n")
+    done = run(root, bench_args(root, "--runs=1"), fake_env(root, write=GOOD_ADD))
+    assert done.returncode == 0, done.stdout[-3000:]
+    warning = (f"ponybench: warning: {root / 'CLAUDE.md'} is above the run directory, so the CLI puts it in "
+               f"front of the model in every cell of every arm; keep runs elsewhere (--ponybench-dir=/tmp/runs)")
+    assert warning in done.stdout
+    assert done.stdout.index(warning) < done.stdout.index("ponybench: 1/1 cells")
