@@ -55,10 +55,11 @@ RECORD = {"cell": "", "spec_hash": "abc", "task": "", "arm": "", "model": "haiku
 REPORT = '''
 import json
 from pathlib import Path
-from pytest_ponybench.session import RunSession
-run_dir = Path({run_dir!r})
-session = RunSession(run_dir, mode="rescore")
-for line in (run_dir / "records.jsonl").read_text().splitlines():
+from pytest_ponybench.controller import Gathering
+from pytest_ponybench.rundir import RunDir
+run_dir = RunDir(Path({run_dir!r}))
+session = Gathering(run_dir, mode="rescore")
+for line in run_dir.results_path.read_text().splitlines():
     session.records.append(json.loads(line))
 '''
 FINISH = 'session.finish({"haiku": "claude-haiku-4-5"}, "bench", rehearsal=True, reference="baseline")\n'
@@ -101,9 +102,9 @@ def main() -> None:
             run = i // (len(tasks) * len(arms))
             lines.append(json.dumps({**RECORD, "cell": f"{task}__{arm}__haiku__{run}", "task": task, "arm": arm,
                                      "run": run, "total_loc": 5 + i % 17, "correct": int(i % 5 != 0)}))
-        (run_dir / "records.jsonl").write_text("\n".join(lines) + "\n")
+        (run_dir / "results.jsonl").write_text("\n".join(lines) + "\n")
         show(f"holding {args.records} records only", measure(root, REPORT.format(run_dir=str(run_dir))))
-        show(f"+ writing the reports", measure(root, REPORT.format(run_dir=str(run_dir)) + FINISH))
+        show("+ writing the reports", measure(root, REPORT.format(run_dir=str(run_dir)) + FINISH))
 
 
 if __name__ == "__main__":

@@ -114,6 +114,9 @@ def build_argv(claude: str, prompt: str, model_id: str, append: str, plugin_dir:
         "--strict-mcp-config",
         "--disallowedTools", "Bash",
         "--output-format", "stream-json", "--verbose",
+        # Every hook's output, exit code and outcome in the stream: how a real run proves its
+        # arm (proof.py) without seeing the requests.
+        "--include-hook-events",
         "--no-session-persistence",
     ]
     if plugin_dir:
@@ -220,6 +223,12 @@ class Transcript:
     first_garbage: str = ""
     usage_seen: dict = field(default_factory=dict)  # summed per assistant message, for killed cells
     written: list[str] = field(default_factory=list)  # paths the agent's write tools wrote (no error)
+    hooks: list[dict] = field(default_factory=list)  # hook_response lines (--include-hook-events)
+    api_retries: list[dict] = field(default_factory=list)  # api_retry lines: the CLI retrying an API error
+    api_error: dict | None = None  # the last assistant line marked is_api_error_message
+    answered: bool = False  # the model answered at least once (an assistant message of its own)
+    tool_uses: list[tuple[str, dict]] = field(default_factory=list)  # (tool name, input), in order
+    read_paths: list[str] = field(default_factory=list)  # paths the Read tool read (no error)
 
 
 # The agent has no Bash: these tools are how it writes files. The path is in their input.
@@ -253,6 +262,7 @@ def read_transcript(path: Path) -> Transcript:
         return seen
     usage_by_message: dict[str, dict] = {}
     writes: dict[str, str] = {}  # tool_use id -> path, for the agent's write tools
+    reads: dict[str, str] = {}  # tool_use id -> path, for its Read tool
     failed: set[str] = set()  # tool_use ids whose result was an error (e.g. a read-only file system)
     for raw in _lines(path):
         text = raw.decode("utf-8", "replace").strip() if raw is not None else None
@@ -271,9 +281,16 @@ def read_transcript(path: Path) -> Transcript:
         kind = event.get("type")
         if kind == "system" and event.get("subtype") == "init":
             seen.init = event
+        elif kind == "system" and event.get("subtype") == "hook_response":
+            seen.hooks.append(event)
+        elif kind == "system" and event.get("subtype") == "api_retry":
+            seen.api_retries.append(event)
         elif kind == "result":
             seen.result = event
+        elif kind == "assistant" and isinstance(event.get("message"), dict) and _is_api_error(event):
+            seen.api_error = event  # the CLI's own "API Error: ..." line, not a model answer
         elif kind == "assistant" and isinstance(event.get("message"), dict):
+            seen.answered = True
             message = event["message"]
             if isinstance(message.get("usage"), dict):
                 usage_by_message[str(message.get("id", seen.events))] = message["usage"]
@@ -281,18 +298,30 @@ def read_transcript(path: Path) -> Transcript:
             if texts:
                 seen.last_text = "\n".join(texts)
             for block in _blocks(event):
-                key = WRITE_TOOLS.get(block.get("name")) if block.get("type") == "tool_use" else None
-                if key and isinstance(block.get("input"), dict) and isinstance(block["input"].get(key), str):
-                    writes[str(block.get("id"))] = block["input"][key]
+                if block.get("type") != "tool_use":
+                    continue
+                tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+                seen.tool_uses.append((str(block.get("name") or "?"), tool_input))
+                key = WRITE_TOOLS.get(block.get("name"))
+                if key and isinstance(tool_input.get(key), str):
+                    writes[str(block.get("id"))] = tool_input[key]
+                if block.get("name") == "Read" and isinstance(tool_input.get("file_path"), str):
+                    reads[str(block.get("id"))] = tool_input["file_path"]
         elif kind == "user":
             failed.update(str(b.get("tool_use_id")) for b in _blocks(event)
                           if b.get("type") == "tool_result" and b.get("is_error"))
     seen.written = [p for tool_id, p in writes.items() if tool_id not in failed]
+    seen.read_paths = [p for tool_id, p in reads.items() if tool_id not in failed]
     for usage in usage_by_message.values():
         for key, value in usage.items():
             if isinstance(value, int):
                 seen.usage_seen[key] = seen.usage_seen.get(key, 0) + value
     return seen
+
+
+def _is_api_error(event: dict) -> bool:
+    message = event.get("message") or {}
+    return bool(event.get("is_api_error_message") or message.get("is_api_error_message"))
 
 
 def _int(value) -> int | None:
@@ -362,22 +391,120 @@ def verify_arm(init: dict | None, plugin_dir: str | None) -> str | None:
     return None
 
 
+# API statuses after which every later cell would fail the same way: the run stops.
+AUTH_STATUSES = (401, 403)
+RATE_LIMITED = 429
+
+
+def api_error_status(t: Transcript) -> int | None:
+    """The HTTP status of the API error that ended (or was last retried in) the session, from
+    the result line, the CLI's API error line or its last api_retry line; None when none."""
+    for source in (t.result or {}, t.api_error or {}, (t.api_retries or [{}])[-1]):
+        status = _int(source.get("api_error_status", source.get("error_status")))
+        if status is not None:
+            return status
+    return None
+
+
+def saw_rate_limit(t: Transcript) -> bool:
+    """Did the API answer 429 anywhere in this session (retried or final)?"""
+    return api_error_status(t) == RATE_LIMITED or any(
+        _int(r.get("error_status")) == RATE_LIMITED for r in t.api_retries)
+
+
+def _api_error_text(t: Transcript) -> str:
+    status = api_error_status(t)
+    kind = ((t.result or {}).get("api_error_type") or (t.api_error or {}).get("error")
+            or (t.api_retries[-1].get("error") if t.api_retries else None))
+    return " ".join(str(x) for x in (status, kind) if x) or "no status"
+
+
+def auth_failure(record: dict) -> str | None:
+    """One sentence stopping the run when a cell's API error was an authentication or
+    permission error (every later cell would fail the same way); None otherwise."""
+    status = record.get("api_error_status")
+    if record.get("status") != records.INFRA_ERROR or status not in AUTH_STATUSES:
+        return None
+    what = "refused the credentials" if status == 401 else "refused this key access to the model"
+    return (f"the model API {what} ({status}) in cell {record.get('cell')}, so every later cell would fail "
+            f"the same way: check ANTHROPIC_API_KEY (or log in again with `claude`) and resume the run")
+
+
 def judge(outcome: RunOutcome, t: Transcript, stderr: Path, timeout: float) -> tuple[str, str]:
-    """(status, error sentence) of one agent run, before the arm is verified."""
+    """(status, error sentence) of one agent run, before the arm is verified.
+
+    An API that failed (after the CLI's own retries, or while the CLI was still retrying when
+    the cell timed out, or a stream that ended mid-message) is `infra_error`: the session says
+    nothing about the agent or its arm."""
     if outcome.timed_out:
+        if t.api_retries and not t.answered:
+            return records.INFRA_ERROR, (
+                f"the model API never answered: the cell timed out after {timeout:g} s while the CLI was "
+                f"still retrying ({len(t.api_retries)} api_retry lines, last {_api_error_text(t)})")
         return records.TIMEOUT, f"the agent ran past the cell timeout of {timeout:g} s and was killed with its process tree"
     err = procs.output_tail(stderr, EXCERPT)
     if ROOT_REFUSAL in err:
         return records.CLI_ERROR, ("the CLI refuses --permission-mode bypassPermissions when run as root; "
                                   "run as another user, or set IS_SANDBOX=1 if this machine is a disposable sandbox")
     if t.result is not None:
+        if t.result.get("terminal_reason") == "api_error" or _int(t.result.get("api_error_status")) is not None:
+            detail = " ".join(str(t.result.get("result") or "").split())[:300]
+            return records.INFRA_ERROR, f"the model API failed after the CLI's retries ({_api_error_text(t)}): {detail}"
         if t.result.get("is_error") or t.result.get("subtype") not in (None, "success"):
             detail = str(t.result.get("result") or t.result.get("subtype") or "error")[:300]
             return records.CLI_ERROR, f"the CLI ended with an error ({t.result.get('subtype')}): {detail}"
         return records.FINISHED, ""
+    if t.api_error is not None or (t.api_retries and not t.answered):
+        # No result line, and the last the stream said was about the API: it was cut off.
+        return records.INFRA_ERROR, (f"the session ended without a result while the model API was failing "
+                                     f"({_api_error_text(t)}): the stream was cut")
     if outcome.exit_code not in (0, None):
         last = err.splitlines()[-1][:300] if err else "no output on stderr"
         return records.CLI_ERROR, f"the CLI exited with code {outcome.exit_code} before a result: {last}"
     if t.garbage:
         return records.BAD_OUTPUT, f"the CLI's output was not stream-json ({t.garbage} unreadable lines, first: {t.first_garbage!r})"
     return records.BAD_OUTPUT, "the CLI exited without printing a result line"
+
+
+# --------------------------------------------------------------------------- what the agent did
+
+EDIT_TOOLS = tuple(WRITE_TOOLS)
+
+
+def activity(t: Transcript) -> dict:
+    """What the agent did, from its transcript: record fields (flat, JSON-safe).
+
+    `tool_calls`: 'Name:count' pairs by tool name, comma-separated and sorted; `skills_used`:
+    the skills the Skill tool invoked, in order of first use, comma-separated; `files_read`
+    and `files_written`: distinct paths its Read tool read and its write tools wrote or edited;
+    `edits`: calls of its write tools (Write, Edit, MultiEdit, NotebookEdit)."""
+    counts: dict[str, int] = {}
+    skills: list[str] = []
+    for name, tool_input in t.tool_uses:
+        counts[name] = counts.get(name, 0) + 1
+        skill = tool_input.get("skill") if name == "Skill" else None
+        if isinstance(skill, str) and skill and skill not in skills:
+            skills.append(skill)
+    return {
+        "tool_calls": format_counts(counts),
+        "skills_used": ",".join(skills),
+        "files_read": len(set(t.read_paths)),
+        "files_written": len(set(t.written)),
+        "edits": sum(n for name, n in counts.items() if name in EDIT_TOOLS),
+        "api_error_status": api_error_status(t),
+    }
+
+
+def format_counts(counts: dict[str, int]) -> str:
+    """{'Write': 2, 'Read': 1} as 'Read:1,Write:2' (a flat value for JUnit)."""
+    return ",".join(f"{name}:{n}" for name, n in sorted(counts.items()))
+
+
+def parse_counts(text) -> dict[str, int]:
+    """The inverse of format_counts; anything malformed is skipped."""
+    counts: dict[str, int] = {}
+    for part in str(text or "").split(","):
+        name, _, n = part.rpartition(":")
+        if name and n.isdigit():
+            counts[name] = int(n)
+    return counts

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .rundir import RunDir, write_atomic
 from .spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
 AGENT_RECORD = "_ponybench.agent.json"  # how the agent run ended, for rescoring
+ATTEMPT_SUFFIX = ".attempt-"  # <cell>.attempt-N: a failed attempt's workspace, kept (it was paid for)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class CellContext:
     max_budget_usd: float | None = None  # passed to the CLI as --max-budget-usd
     confine: bool = False  # run the agent under bubblewrap: only its workspace writable
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
+    retries: int = 2  # runs again of a cell that ended as infra_error
+    max_cost: float | None = None  # the run's budget: no retry starts once it is spent
+    retry_wait: float = 10.0  # seconds before the first retry, doubling; also the 429 pause
+    sleep: object = time.sleep  # tests replace it to see the waits without waiting
 
 
 def append_text(arm: ArmSpec) -> str:
@@ -84,6 +90,10 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     (kept, since it was paid for) and the cell runs again."""
     ws = run_dir.cell_dir(cell.id)
     record = _read_json(ws / workspace.RESULT)
+    if record.get("status") in records.INFRA:
+        # The API failed it: run it again, keeping the failed (paid) workspace as an attempt.
+        ws.rename(next_attempt_dir(ws))
+        return None
     if not record or record.get("status") in (records.NOT_RUN, records.INTERRUPTED):
         return None
     if record.get("spec_hash") != cell.spec_hash:
@@ -92,16 +102,60 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     return {**record, "reused": True}
 
 
+def next_attempt_dir(ws: Path) -> Path:
+    """`<cell>.attempt-N` beside the workspace, N one more than any kept before."""
+    taken = [int(p.name.rsplit(ATTEMPT_SUFFIX, 1)[1]) for p in ws.parent.glob(f"{ws.name}{ATTEMPT_SUFFIX}*")
+             if p.name.rsplit(ATTEMPT_SUFFIX, 1)[1].isdigit()]
+    return ws.with_name(f"{ws.name}{ATTEMPT_SUFFIX}{max(taken, default=0) + 1}")
+
+
+def retry_wait(ctx: CellContext, attempt: int) -> float:
+    """Seconds before attempt `attempt + 1`: the base wait, doubled for each failed attempt."""
+    return ctx.retry_wait * 2 ** (attempt - 1)
+
+
 def run_cell(cell: Cell, ctx: CellContext) -> dict:
-    """Run one cell and return its record (see docs/architecture.md)."""
+    """Run one cell and return its record (see docs/architecture.md).
+
+    A cell the model API failed (`infra_error`) runs again from a fresh seed, up to
+    `ctx.retries` times, after growing waits; each failed attempt's workspace is kept beside
+    as `<cell>.attempt-N` and its cost stays on the ledger and in the record's
+    `infra_cost_usd`. An authentication error is never retried: the run stops (controller)."""
     ws = ctx.run_dir.cell_dir(cell.id)
+    infra_cost = 0.0
+    attempt = 1
+    while True:
+        ctx.run_dir.wait_for_pause(ctx.sleep)  # a 429 elsewhere holds every new attempt back
+        ran = run_agent(cell, ctx, ws)
+        if ran["rate_limited"]:
+            ctx.run_dir.pause(retry_wait(ctx, attempt), cell.id)
+        if (ran["status"] not in records.INFRA or attempt > ctx.retries
+                or ran["api_error_status"] in agent.AUTH_STATUSES):
+            break
+        if ctx.max_cost is not None and ctx.run_dir.spent() >= ctx.max_cost:
+            ran["error"] += f"; not retried: the run's budget of ${ctx.max_cost:g} is spent"
+            break
+        infra_cost += ran["cost_usd"] or 0.0
+        ws.rename(next_attempt_dir(ws))
+        ctx.sleep(retry_wait(ctx, attempt))
+        attempt += 1
+    ran.update(attempts=attempt, infra_cost_usd=round(infra_cost, 6))
+    _write_json(ws / AGENT_RECORD, ran)
+    return finish(cell, ws)
+
+
+def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
+    """One attempt: a fresh workspace, the agent, the arm checked; how it ended (written to
+    the workspace's agent record too, so a kill before the result still tells)."""
     workspace.fresh(ws)  # a rerun starts from a fresh seed, never a half-done workspace
     _write_json(ws / workspace.IDENTITY, identity(cell))
     try:
         plugin_dir = resolve_plugin_dir(cell.arm, ctx.arms_dir)
     except SpecError as exc:
-        _write_json(ws / AGENT_RECORD, {"status": records.NOT_RUN, "error": str(exc)})
-        return finish(cell, ws)
+        ran = {"status": records.NOT_RUN, "error": str(exc), "rate_limited": False, "api_error_status": None,
+               "cost_usd": None}
+        _write_json(ws / AGENT_RECORD, ran)
+        return ran
     workspace.seed(cell.task, ws)
     argv = agent.build_argv(ctx.claude, cell.task.prompt, cell.model_id, append_text(cell.arm),
                             plugin_dir, ctx.max_budget_usd)
@@ -127,14 +181,18 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
         else:
             status = records.WRONG_ARM
         error = wrong or ""
-    _write_json(ws / AGENT_RECORD, {"status": status, "error": error, "rehearsal": ctx.rehearsal,
-                                    "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
-                                    "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
-                                    "plugin_dir": plugin_dir, "argv": argv})
+    cost = agent.usage_metrics(transcript)["cost_usd"]
+    ran = {"status": status, "error": error, "rehearsal": ctx.rehearsal,
+           "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
+           "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
+           "plugin_dir": plugin_dir, "argv": argv, "cost_usd": cost,
+           "api_error_status": agent.api_error_status(transcript),
+           "rate_limited": agent.saw_rate_limit(transcript)}
+    _write_json(ws / AGENT_RECORD, ran)
     # The spend is on the ledger before the result exists: a kill between the two can make a
-    # resume pay for this cell again, never hide what it cost.
-    ctx.run_dir.record_spend(cell.id, agent.usage_metrics(transcript)["cost_usd"])
-    return finish(cell, ws)
+    # resume pay for this cell again, never hide what it cost. A failed attempt's cost stays.
+    ctx.run_dir.record_spend(cell.id, cost)
+    return ran
 
 
 def finish(cell: Cell, ws: Path) -> dict:
@@ -157,8 +215,11 @@ def score_cell(cell: Cell, ws: Path) -> dict:
     record = {**identity(cell), "status": status, "ran": status == records.FINISHED,
               "error": error, "rehearsal": bool(ran.get("rehearsal")), "reused": False,
               # Paths the agent wrote beside its workspace (none can, when confined).
-              "escaped": ",".join(ran.get("escaped") or []), "workspace": str(ws.resolve())}
+              "escaped": ",".join(ran.get("escaped") or []), "workspace": str(ws.resolve()),
+              "attempts": _whole(ran.get("attempts"), 1),
+              "infra_cost_usd": float(ran.get("infra_cost_usd") or 0.0)}
     record.update(agent.usage_metrics(transcript))
+    record.update(agent.activity(transcript))
     if status == records.NOT_RUN:
         record.update(metrics.EMPTY)
     else:
@@ -183,6 +244,10 @@ def score_cell(cell: Cell, ws: Path) -> dict:
     record["passed"] = failure is None
     record["failure"] = failure or ""
     return record
+
+
+def _whole(value, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def judge(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from . import agent
 from . import cell as cells
 from . import instruments
+from . import record as records
 from .controller import BUDGET_REACHED, never_ran_record
 from .rundir import usd
 from .spec import ArmSpec, SpecError, TaskSpec, load_task
@@ -173,6 +175,12 @@ class CellItem(_PlainFailure, pytest.Item):
             raise
         self.config.hook.pytest_ponybench_cell_record(cell=self.cell, record=record)
         self.user_properties.extend(record.items())
+        fatal = agent.auth_failure(record)
+        if fatal:  # every later cell would fail the same way: stop before the next one
+            self.session.shouldstop = fatal
+        if records.is_infra(record):
+            # The model API failed, not the agent: neither a pass nor a failure of the arm.
+            pytest.skip(f"{records.INFRA_ERROR}: {record['error']}")
         if not record["passed"]:
             raise CellFailed(record["failure"])
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, instruments, progress, record as records, summary
+from . import agent, instruments, progress, record as records, summary, tables
 from .rundir import NotARunDir, RunDir, cost_history, usd, write_atomic
 from .spec import SpecError, load_task
 
@@ -87,11 +87,16 @@ class Gathering:
             "statuses": {"measured": sorted(records.MEASURED), "never_ran": sorted(records.NEVER_RAN),
                          "infra": sorted(records.INFRA)},
             "rows": summary.aggregate(every),
+            # Per arm x model: infra errors (left out of every rate) and retries; what the arms
+            # made the agent do. The same builders as the terminal, summary.md and report.html.
+            "infra_errors": records.infra_share(every)[0],
+            "infra": tables.infra_rows(every),
+            "activity": tables.activity_rows(every),
         }
         write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
-        from . import report  # numpy and scipy: only when a report is written, never when pytest loads the plugin
+        from . import report  # numpy: only when a report is written, never when pytest loads the plugin
 
-        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference)
+        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots)
 
 
 def run_options(state, tasks: list) -> dict:
@@ -310,7 +315,7 @@ class Controller:
         if self.gathering is not None:
             s = self.state
             self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
-                                                 reference=s.settings.reference)
+                                                 reference=s.settings.reference, plots=s.settings.plots)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if self.gathering is None:
@@ -328,25 +333,33 @@ class Controller:
             tr.write_line(f"{self.gathering.budget_skipped} cells skipped: {BUDGET_REACHED} "
                           f"({usd(state.run_dir.spent())} of {usd(state.settings.max_cost)}); "
                           f"finish them later with --ponybench-resume={state.run_dir.path}", yellow=True)
-        if state.settings.rehearse:
+        for line in tables.infra_lines(every):
+            loud = line.startswith("WARNING")
+            tr.write_line(line, red=loud, bold=loud, yellow=not loud)
+        for line in tables.activity_lines(every):
+            tr.write_line(line)
+        if self.gathering.mode != "rescore":  # a rescore proves nothing anew
             for line in arm_proof_lines(every):
                 tr.write_line(line)
+        if state.settings.rehearse:
             tr.write_line("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
                           "cost, tokens, LOC and rates above say nothing about any real model.",
                           yellow=True, bold=True)
 
 
 def arm_proof_lines(every: list[dict]) -> list[str]:
-    """One line per arm: did its text reach the (scripted) model in every cell that ran?"""
+    """One line per arm: was it proven in every cell that finished? In rehearsal by the
+    scripted model's records (its text reached the model, no other arm's did), in a real run
+    by the cells' hook events (proof.py). Cells the API failed are not counted either way."""
     lines = []
     for arm in sorted({r["arm"] for r in every}):
-        cells = [r for r in every if r["arm"] == arm]
+        cells = [r for r in every if r["arm"] == arm and not records.is_infra(r)]
         unproven = [r for r in cells if r.get("status") == records.ARM_UNPROVEN]
         checked = [r for r in cells if r.get("status") in (records.FINISHED, records.ARM_UNPROVEN)]
         if unproven:
             lines.append(f"arm {arm}: NOT proven in {len(unproven)} of {len(cells)} cells: {unproven[0]['error']}")
         elif checked:
-            lines.append(f"arm {arm}: proven ({len(checked)} of {len(cells)} cells reached the model with this arm only)")
+            lines.append(f"arm {arm}: proven in {len(checked)} of {len(cells)} cells (with this arm only)")
         else:
             lines.append(f"arm {arm}: not proven (no cell of this arm finished)")
     return lines

@@ -28,5 +28,6 @@ def pytest_ponybench_prove_arm(cell, workspace, transcript):
     """Whether the arm of a cell that finished reached the model, after the init line showed
     the right plugin: "" when proven, else one sentence saying why not (the cell is then
     `arm_unproven` and counts in no rate). ``transcript`` is the parsed ``agent.Transcript``.
-    The plugin's default (a real run) returns ""; rehearsal reads the scripted model's records.
+    A real run's default (``proof.HookProof``) reads the cell's hook events; rehearsal reads
+    the scripted model's records.
     The first implementation that returns a string wins."""

@@ -12,7 +12,8 @@ from urllib.parse import quote
 from . import stats
 from .stats import ArmStats
 from .workspace import TRANSCRIPT
-from .tables import HOW_TO_READ, Table, cell_tables, fmt_cost, comparison_table, consistency_table, header_lines, pooled_table
+from .tables import (HOW_TO_READ, Table, activity_lines, cell_tables, fmt_cost, comparison_table, consistency_table,
+                     header_lines, infra_lines, pooled_table)
 
 
 
@@ -105,6 +106,11 @@ def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats
     body += [f"<p>{inline_code(line)}</p>" for line in header_lines(records, reference)]
     body.append("<h2>Results per task x model</h2>")
     body += [html_table(t) for t in cell_tables(records, reference)]
+    for title, lines, list_id in (("Infra errors", infra_lines(records), "infra"),
+                                  ("What the arms made the agent do", activity_lines(records), "activity")):
+        if lines:
+            body.append(f'<h2>{title}</h2>\n<ul id="{list_id}">'
+                        + "".join(f"<li>{inline_code(line)}</li>" for line in lines) + "</ul>")
     if arm_stats.note:
         body.append(f"<h2>Arms against <code>{html.escape(reference)}</code></h2>"
                     f"<p>{inline_code(arm_stats.note)}.</p>")

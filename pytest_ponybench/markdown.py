@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .stats import ArmStats
-from .tables import HOW_TO_READ, Table, cell_tables, comparison_table, consistency_table, header_lines, pooled_table
+from .tables import (HOW_TO_READ, Table, activity_lines, cell_tables, comparison_table, consistency_table,
+                     header_lines, infra_lines, pooled_table)
 
 
 def md_escape(text: str) -> str:
@@ -32,6 +33,12 @@ def build_markdown(run_dir: Path, records: Sequence[dict], reference: str,
     parts = [f"# ponybench: {run_dir.name}\n", "\n".join(header_lines(records, reference)) + "\n",
              "## Results per task x model\n"]
     parts += [markdown_table(t) for t in cell_tables(records, reference)]
+    infra = infra_lines(records)
+    if infra:
+        parts.append("## Infra errors\n\n" + "\n".join(f"- {line}" for line in infra) + "\n")
+    activity = activity_lines(records)
+    if activity:
+        parts.append("## What the arms made the agent do\n\n" + "\n".join(f"- {line}" for line in activity) + "\n")
     if arm_stats.note:
         parts.append(f"## Arms against `{reference}`\n\n{arm_stats.note}.\n")
     else:

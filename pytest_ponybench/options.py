@@ -56,6 +56,29 @@ def positive_seconds(value: str) -> float:
     return number
 
 
+def retry_count(value: str) -> int:
+    number = parse_number(value, int, "a whole number of retries")
+    if not 0 <= number <= 20:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 20, got {number}")
+    return number
+
+
+def wait_seconds(value: str) -> float:
+    number = parse_number(value, float, "a number of seconds")
+    if not 0 <= number <= 3600:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 3600 seconds, got {value}")
+    return number
+
+
+def rehearsal_fault(value: str):
+    from .rehearsal import parse_fault
+
+    try:
+        return parse_fault(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def positive_usd(value: str) -> float:
     number = parse_number(value, float, "an amount in US dollars")
     if not number > 0:
@@ -87,9 +110,13 @@ INI = {
     "ponybench_reference": ("string", "", "the arm every other arm is compared against in the reports (default baseline)"),
     "ponybench_max_cost": ("string", "", "US dollars the whole run may spend; no cell starts once finished cells reach it"),
     "ponybench_max_cell_cost": ("string", "", "US dollars one cell may spend (passed to the CLI as --max-budget-usd)"),
+    "ponybench_plots": ("bool", False, "draw the plots of report.html (needs matplotlib)"),
     "ponybench_at_once": ("string", "1", "cells one pytest process runs at once (threads; their agents wait on the model)"),
     "ponybench_library": ("string", "replace", "how the project's tasks/ and arms/ combine with the shipped library: "
                                                "replace, add or off"),
+    "ponybench_retries": ("string", "2", "times a cell that ended as an infra error (the model API failed) runs again"),
+    "ponybench_retry_wait": ("string", "10", "seconds before the first retry of an infra error (doubling each time); "
+                                             "also how long a 429 pauses every worker's next cell"),
 }
 
 
@@ -104,6 +131,9 @@ def add_run_options(group) -> None:
                     help="runs per task x arm x model [ini ponybench_runs, default 1]")
     group.addoption("--ponybench-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                     help="per-cell agent timeout; the whole process tree is killed [ini ponybench_timeout, default 300]")
+    group.addoption("--ponybench-retries", type=retry_count, default=None, metavar="N",
+                    help="run a cell again (from a fresh seed) up to N times when the model API failed it "
+                         "[ini ponybench_retries, default 2]")
     group.addoption("--ponybench-at-once", type=positive_int, default=None, metavar="N",
                     help="cells one pytest process runs at once, in threads: 32 cells at once need one "
                          "process, not 32 xdist workers [ini ponybench_at_once, default 1]")
@@ -144,6 +174,10 @@ def add_rehearsal_options(group) -> None:
                          "zero spend, no credentials; proves each arm reached the model")
     group.addoption("--ponybench-rehearse-ref", choices=("good", "bad"), default="good",
                     help="which reference the scripted model writes (bad shows the gates catch it) [default good]")
+    group.addoption("--ponybench-rehearse-fault", type=rehearsal_fault, default=None, metavar="SPEC",
+                    help="the scripted model fails every cell: 429, 529, 500, 401 or 403 (an API error), stall "
+                         "or cut (a stream cut mid-message), with ':N' for the first N requests only (e.g. 529:1); "
+                         "a task's rehearsal_fault field does the same for its cells")
 
 
 def add_safety_options(group) -> None:
@@ -164,6 +198,9 @@ def add_storage_options(group) -> None:
                     help="the claude CLI [ini ponybench_claude, default: PATH, then node_modules/.bin/claude]")
     group.addoption("--ponybench-rescore", type=existing_dir, default=None, metavar="RUN_DIR",
                     help="recompute every metric and score of a kept run, with no agent call")
+    group.addoption("--ponybench-plots", action="store_true", default=False,
+                    help="draw the plots of report.html (needs matplotlib; costs seconds at the end) "
+                         "[ini ponybench_plots, default false]")
     group.addoption("--ponybench-reference", default=None, metavar="ARM",
                     help="the arm the reports compare every other arm against [ini ponybench_reference, default baseline]")
 
@@ -204,6 +241,10 @@ class Settings:
     max_cell_cost: float | None
     confine: bool
     at_once: int
+    plots: bool
+    retries: int
+    retry_wait: float
+    rehearse_fault: object  # rehearsal.Fault or None
     model_ids: list[str]
     tasks_dir: Path
     arms_dir: Path
@@ -273,6 +314,11 @@ def settings(config) -> Settings:
         max_cell_cost=opt.ponybench_max_cell_cost or _ini_optional(config, "ponybench_max_cell_cost", positive_usd),
         confine=bool(opt.ponybench_confine),
         at_once=opt.ponybench_at_once or _ini_parsed(config, "ponybench_at_once", positive_int),
+        plots=bool(opt.ponybench_plots or config.getini("ponybench_plots")),
+        retries=(opt.ponybench_retries if opt.ponybench_retries is not None
+                 else _ini_parsed(config, "ponybench_retries", retry_count)),
+        retry_wait=_ini_parsed(config, "ponybench_retry_wait", wait_seconds),
+        rehearse_fault=opt.ponybench_rehearse_fault,
         model_ids=list(config.getini("ponybench_model_ids")),
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),

@@ -12,6 +12,8 @@ from . import stats
 from .tables import arm_order
 
 PLOTS_NEED = "Plots need matplotlib: pip install matplotlib"
+# Drawing costs seconds and some 50 MB at the end of every session: only when asked for.
+PLOTS_NOT_ASKED = "Plots were not drawn: run with `--ponybench-plots` (needs matplotlib)"
 
 
 def load_matplotlib():

@@ -86,7 +86,9 @@ class PonybenchState:
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
                            arms_dir=self.settings.arms_dir, hook=hook, rehearsal=self.settings.rehearse,
                            max_budget_usd=self.cell_budget(), confine=self.settings.confine,
-                           exclusive=not self.is_worker and self.settings.at_once == 1)
+                           exclusive=not self.is_worker and self.settings.at_once == 1,
+                           retries=self.settings.retries, retry_wait=self.settings.retry_wait,
+                           max_cost=self.settings.max_cost)
 
 
 def state_of(config) -> PonybenchState:
@@ -165,8 +167,13 @@ def pytest_configure(config):
     if settings.rehearse and settings.rescore is None:
         from .rehearsal import RehearsalPlugin
 
-        config.pluginmanager.register(RehearsalPlugin(config, state.arms, settings.arms_dir, settings.rehearse_ref),
+        config.pluginmanager.register(RehearsalPlugin(config, state.arms, settings.arms_dir, settings.rehearse_ref,
+                                                      settings.rehearse_fault),
                                       "ponybench-rehearsal")
+    elif settings.rescore is None:
+        from .proof import HookProof  # a real run proves each arm from its cells' hook events
+
+        config.pluginmanager.register(HookProof(state.arms, settings.arms_dir), "ponybench-hook-proof")
     # pytest's default SIGTERM handling skips `finally` blocks; make SIGTERM an interrupt so
     # every agent process tree is killed on the way out.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -237,9 +244,8 @@ def pytest_ponybench_agent_env(cell, workspace):
     return {}  # a real run: the CLI talks to the API with the user's own credentials
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_ponybench_prove_arm(cell, workspace, transcript):
-    return ""  # a real run: the init line's check (agent.verify_arm) is the proof
+# pytest_ponybench_prove_arm: a real run's default is proof.HookProof (registered in
+# pytest_configure: it needs the session's arms), a rehearsal's is RehearsalPlugin.
 
 
 # --------------------------------------------------------------------------- collection

@@ -31,12 +31,14 @@ def duration(seconds: float) -> str:
 
 def outcome(record: dict) -> str:
     """How one cell went, in a word or two: passed, failed (the gate), infra error."""
+    attempts = record.get("attempts")
+    again = f" after {attempts} attempts" if isinstance(attempts, int) and attempts > 1 else ""
     if record.get("passed"):
-        return "passed"
+        return "passed" + again
     if record.get("status") in records.INFRA:
-        return f"infra error ({record.get('status')})"
+        return f"infra error ({record.get('status')}){again}"
     gate = str(record.get("failure") or record.get("status") or "failed").split(":", 1)[0]
-    return f"failed ({gate})"
+    return f"failed ({gate}){again}"
 
 
 @dataclass

@@ -65,6 +65,11 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "cost_usd": _num, "duration_ms": _int, "turns": _int, "denials": _int,
     "in_tokens": _int, "out_tokens": _int, "cache_tokens": _int, "total_tokens": _int,
     "served_model": _str, "claude_version": _str, "plugins": _str, "tools": _str,
+    # what the agent did (agent.activity): 'Name:count' pairs, skill names, distinct files
+    "tool_calls": _str, "skills_used": _str, "files_read": (int,), "files_written": (int,),
+    "edits": (int,), "api_error_status": _int,
+    # infra errors retried (cell.run_cell): attempts made, and what the failed ones cost
+    "attempts": (int,), "infra_cost_usd": _num,
 }
 
 
@@ -168,6 +173,20 @@ def count(records: Iterable[dict], axis: str) -> tuple[int, int]:
 
 def loc_values(records: Iterable[dict]) -> list[float]:
     return [v for v in (delivered_loc(r) for r in records) if v is not None]
+
+
+def is_infra(record: dict) -> bool:
+    """Whether the cell failed for reasons outside the agent (the model API)."""
+    return status_of(record) in INFRA
+
+
+INFRA_LOUD_SHARE = 0.2  # more than this share of a run's cells infra errors: say so loudly
+
+
+def infra_share(records: Iterable[dict]) -> tuple[int, int]:
+    """(infra error cells, cells) of a run."""
+    records = list(records)
+    return sum(1 for r in records if is_infra(r)), len(records)
 
 
 def left_out(records: Iterable[dict]) -> dict[str, int]:

@@ -52,11 +52,17 @@ class CellScript:
     The usage numbers are reported on every scripted turn (the CLI adds them up).
     ``stall_seconds``: hold every main-loop answer that long first (or until the server
     stops): a model that stops answering, to exercise the cell timeout.
+    ``tool_calls``: ``(tool name, input)`` pairs played one per turn before the writes (a ``Skill``,
+    a ``Glob``, a ``Read``), so a session's tool counts are known exactly.
+    ``fault``: a :class:`Fault` the stand-in plays instead of answering (an API error, a
+    stall, a stream cut mid-message), to exercise the harness's infra-error paths.
     """
 
     writes: list[tuple[str, str]] = field(default_factory=list)
     answer: str = "Done."
     stall_seconds: float = 0.0
+    tool_calls: list[tuple[str, dict]] = field(default_factory=list)
+    fault: "Fault | None" = None
     input_tokens: int = 1200
     output_tokens: int = 150
     cache_read_input_tokens: int = 0
@@ -71,24 +77,82 @@ class CellScript:
         }
 
 
+# The error type the Messages API names for each status a fault can answer with.
+FAULT_STATUSES = {429: "rate_limit_error", 529: "overloaded_error", 500: "api_error",
+                  401: "authentication_error", 403: "permission_error"}
+FAULT_STALL_SECONDS = 3600.0  # "stall": longer than any cell timeout; the server's stop wakes it
+FAULT_SYNTAX = ("429, 529, 500, 401 or 403 (an API error), 'stall' (never answer) or 'cut' (end the "
+                "stream mid-message), optionally followed by ':N' for the first N requests only "
+                "(e.g. 529:1); without it, every request")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What the scripted model does wrong: ``kind`` is an HTTP status as text ("529"),
+    "stall" or "cut"; ``first`` limits it to the first N /v1/messages requests of the cell
+    (None: all of them). Registering a cell again starts the count afresh, so a retried cell
+    meets the same fault."""
+
+    kind: str
+    first: int | None = None
+
+    @property
+    def status(self) -> int | None:
+        return int(self.kind) if self.kind.isdigit() else None
+
+    def applies(self, request_number: int) -> bool:
+        """Whether the request_number-th (1-based) request of a cell meets the fault."""
+        return self.first is None or request_number <= self.first
+
+    def __str__(self) -> str:
+        return self.kind if self.first is None else f"{self.kind}:{self.first}"
+
+
+def parse_fault(text: str) -> Fault:
+    """A fault from its written form ('529', '429:2', 'stall', 'cut:1'); ValueError naming
+    what is allowed when it is none of them."""
+    kind, _, first = str(text).strip().partition(":")
+    allowed = {str(s) for s in FAULT_STATUSES} | {"stall", "cut"}
+    if kind not in allowed:
+        raise ValueError(f"'{text}' is not a fault: give {FAULT_SYNTAX}")
+    if not first:
+        return Fault(kind)
+    if not first.isdigit() or int(first) < 1:
+        raise ValueError(f"'{text}': the count after ':' must be a whole number of 1 or more")
+    return Fault(kind, int(first))
+
+
 @dataclass
 class _Cell:
     script: CellScript
+    messages: int = 0  # /v1/messages requests seen, the count a fault's `first` limits
     bodies: list[dict] = field(default_factory=list)  # every /v1/messages body, in order
     calls: list[dict] = field(default_factory=list)  # every HTTP call: method, path, headers, status
 
 
 class _ApiError(Exception):
-    def __init__(self, status: int, message: str):
+    """An error answer. The stand-in's own errors say "do not retry"; a played fault does not,
+    so the CLI retries it as it would the real API's (a 429 asks for a short wait)."""
+
+    def __init__(self, status: int, message: str, error_type: str = "invalid_request_error",
+                 retryable: bool = False):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.error_type = error_type
+        self.retryable = retryable
 
 
-def _error_body(message: str) -> bytes:
-    return json.dumps(
-        {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
-    ).encode()
+class _CutStream(Exception):
+    """A played fault: the answer's stream ends in the middle of the message."""
+
+    def __init__(self, message: dict):
+        super().__init__("stream cut")
+        self.message = message
+
+
+def _error_body(message: str, error_type: str = "invalid_request_error") -> bytes:
+    return json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
 
 
 def _sse(events: list[tuple[str, dict]]) -> bytes:
@@ -231,14 +295,26 @@ class ScriptedModel:
             if endpoint == COUNT_TOKENS_PATH:
                 return {"input_tokens": cell.script.input_tokens}
             cell.bodies.append(body)
+            cell.messages += 1
             script = cell.script
+            fault = script.fault if script.fault is not None and script.fault.applies(cell.messages) else None
         model = body.get("model") if isinstance(body.get("model"), str) else "unknown"
-        if body.get("tools") and script.stall_seconds > 0:
-            self._stopping.wait(script.stall_seconds)
+        if fault is not None and fault.status is not None:
+            # Authentication and permission errors are final, as the real API says of them.
+            raise _ApiError(fault.status, f"rehearsal fault {fault}: scripted {FAULT_STATUSES[fault.status]}",
+                            FAULT_STATUSES[fault.status], retryable=fault.status not in (401, 403))
+        stall = FAULT_STALL_SECONDS if fault is not None and fault.kind == "stall" else script.stall_seconds
+        if body.get("tools") and stall > 0:
+            self._stopping.wait(stall)
         if body.get("tools"):
             turn = _count_assistant_turns(body)
-            if turn < len(script.writes):
-                path, content = script.writes[turn]
+            if turn < len(script.tool_calls):
+                name, tool_input = script.tool_calls[turn]
+                blocks = [{"type": "tool_use", "id": self._next_id("toolu"), "name": name,
+                           "input": dict(tool_input)}]
+                stop = "tool_use"
+            elif turn - len(script.tool_calls) < len(script.writes):
+                path, content = script.writes[turn - len(script.tool_calls)]
                 blocks = []
                 if os.path.isfile(path):
                     # The CLI refuses to Write over a file the session has not Read ("File has
@@ -257,9 +333,12 @@ class ScriptedModel:
             stop = "end_turn"
             usage = {"input_tokens": 0, "output_tokens": 0,
                      "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
-        return {"id": self._next_id("msg"), "type": "message", "role": "assistant",
-                "model": model, "content": blocks, "stop_reason": stop,
-                "stop_sequence": None, "usage": usage}
+        message = {"id": self._next_id("msg"), "type": "message", "role": "assistant",
+                   "model": model, "content": blocks, "stop_reason": stop,
+                   "stop_sequence": None, "usage": usage}
+        if fault is not None and fault.kind == "cut":
+            raise _CutStream(message)
+        return message
 
     def _record_call(self, key: str | None, call: dict) -> None:
         if key is None:
@@ -307,19 +386,29 @@ class _Handler(BaseHTTPRequestHandler):
             raise _ApiError(413, "the request body is too large")
         return self.rfile.read(length) if length > 0 else b""
 
-    def _send(self, status: int, content_type: str, payload: bytes) -> None:
+    def _send(self, status: int, content_type: str, payload: bytes, retryable: bool = False,
+              cut: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(payload)))
+        if cut:  # no length: the connection's close is the end, half way through the message
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(len(payload)))
         self.send_header("request-id", self.model._next_id("req"))
-        if status >= 400:
+        if status >= 400 and not retryable:
             self.send_header("x-should-retry", "false")  # the SDK's own "do not retry" signal
+        if status == 429:
+            self.send_header("retry-after", "1")  # the shortest wait the header can ask for
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
 
     def _respond(self, key: str | None, endpoint: str | None) -> tuple[int, str, bytes]:
-        """(status, content type, payload) for this request; never raises, never a 5xx."""
+        """(status, content type, payload) for this request; never raises, never a 5xx
+        unless a fault of the cell's script asks for one. Sets ``self._retryable`` (a played
+        error the CLI may retry) and ``self._cut`` (a stream to end mid-message)."""
+        self._retryable = self._cut = False
         try:
             try:
                 raw = self._read_body()
@@ -343,8 +432,15 @@ class _Handler(BaseHTTPRequestHandler):
             if endpoint == MESSAGES_PATH and body.get("stream") is True:
                 return 200, "text/event-stream", _sse(_message_events(answer))
             return 200, "application/json", json.dumps(answer).encode()
+        except _CutStream as cut:
+            self._cut = True
+            if body.get("stream") is True:  # message_start, the first block's start: then nothing
+                return 200, "text/event-stream", _sse(_message_events(cut.message)[:2])
+            whole = json.dumps(cut.message).encode()
+            return 200, "application/json", whole[: len(whole) // 2]
         except _ApiError as exc:
-            return exc.status, "application/json", _error_body(exc.message)
+            self._retryable = exc.retryable
+            return exc.status, "application/json", _error_body(exc.message, exc.error_type)
         except Exception as exc:  # never a 5xx: the CLI would retry it with backoff
             self.close_connection = True
             return 400, "application/json", _error_body(f"the stand-in failed: {exc!r}")
@@ -357,7 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
             "method": self.command, "path": self.path, "status": status,
             "headers": {k.lower(): v for k, v in self.headers.items()},
         })
-        self._send(status, content_type, payload)
+        self._send(status, content_type, payload, self._retryable, self._cut)
 
     do_POST = do_GET = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _handle
     do_CONNECT = do_TRACE = _handle  # e.g. a proxy pointed here by mistake: 404, not 501
@@ -470,6 +566,7 @@ def prove_arm(requests: list[dict], appended: str | None, context: list[str],
 # process (the single process, or each xdist worker), started with the first cell.
 
 REHEARSAL_KEY = "ponybench-rehearsal-not-a-real-key"
+REHEARSAL_MAX_RETRIES = 2
 # A plausible small file for open and fixture tasks that declare no `rehearsal:` files.
 DEFAULT_FILES = {"solution.py": 'def main():\n    """Entry point."""\n    return 0\n'}
 # Credentials that must never reach a rehearsal's CLI: it talks to the scripted model only.
@@ -510,11 +607,12 @@ class RehearsalPlugin:
     that runs cells: it points each cell's CLI at one ScriptedModel (started with the first
     cell) and proves the arm from the model's records, through the cell hooks of hookspec.py."""
 
-    def __init__(self, config, arms: dict, arms_dir, side: str = "good"):
+    def __init__(self, config, arms: dict, arms_dir, side: str = "good", fault: Fault | None = None):
         self.config = config  # its hook lets a conftest adjust each cell's script
         self.arms = arms
         self.arms_dir = arms_dir
         self.side = side
+        self.fault = fault  # --ponybench-rehearse-fault: played in every cell
         self.home: str | None = None  # a private HOME for the CLI, made with the server
         self.model = ScriptedModel()
         self._started = False
@@ -537,11 +635,15 @@ class RehearsalPlugin:
 
     def pytest_ponybench_agent_env(self, cell, workspace) -> dict[str, str]:
         files = rehearsal_files(cell.task, self.side)
+        # The run's fault wins over the task's: the run option is the more deliberate choice.
+        fault = self.fault or (parse_fault(cell.task.rehearsal_fault) if cell.task.rehearsal_fault else None)
         script = CellScript(writes=[(str(os.path.join(workspace, rel)), content) for rel, content in files.items()],
-                            answer="Done: the change is written.")
+                            answer="Done: the change is written.", fault=fault)
         self.config.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script)
         url = self._server().register(cell.id, script)
         env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1",
+               # A played API error ends after 2 quick retries (about 3 s) instead of 10 slow ones.
+               "CLAUDE_CODE_MAX_RETRIES": str(REHEARSAL_MAX_RETRIES),
                # The user's own ~/.claude (credentials, settings, history) stays out of a rehearsal.
                "HOME": self.home, "CLAUDE_CONFIG_DIR": os.path.join(self.home, ".claude")}
         env.update({var: "" for var in CREDENTIAL_VARS})

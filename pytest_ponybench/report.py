@@ -9,11 +9,13 @@ from typing import Sequence
 from . import stats
 from .html_report import build_html
 from .markdown import build_markdown
-from .plots import build_plots
+from .plots import PLOTS_NOT_ASKED, build_plots
 
 
-def write_reports(run_dir, records: Sequence[dict], reference: str = "baseline") -> list[Path]:
-    """Write ``summary.md`` and ``report.html`` into ``run_dir``; return their paths."""
+def write_reports(run_dir, records: Sequence[dict], reference: str = "baseline",
+                  plots: bool = True) -> list[Path]:
+    """Write ``summary.md`` and ``report.html`` into ``run_dir``; return their paths.
+    ``plots``: draw the plots (matplotlib), or say in the page how to ask for them."""
     run_dir = Path(run_dir)
     records = [r for r in records if isinstance(r, dict)]
     arm_stats = stats.arm_stats(records, reference=reference)
@@ -21,7 +23,7 @@ def write_reports(run_dir, records: Sequence[dict], reference: str = "baseline")
     markdown_path, html_path = run_dir / "summary.md", run_dir / "report.html"
     markdown_path.write_text(build_markdown(run_dir, records, reference, arm_stats),
                              encoding="utf-8")
-    plots, plot_message = build_plots(records, reference, confidence)
-    html_path.write_text(build_html(run_dir, records, reference, arm_stats, plots, plot_message),
+    images, plot_message = build_plots(records, reference, confidence) if plots else ([], PLOTS_NOT_ASKED)
+    html_path.write_text(build_html(run_dir, records, reference, arm_stats, images, plot_message),
                          encoding="utf-8")
     return [markdown_path, html_path]

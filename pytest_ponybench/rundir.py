@@ -6,7 +6,9 @@
 - `results.jsonl`: one record per cell, appended by the controller as reports arrive;
 - `summary.json`, `summary.md`, `report.html`: written by the controller at the end;
 - `_ponybench.spend.jsonl`: the spend ledger, one line per paid cell, appended by whichever
-  process ran it (every xdist worker on the machine reads it before starting a cell).
+  process ran it (every xdist worker on the machine reads it before starting a cell);
+- `_ponybench.pause.json`: the shared 429 pause, `{"until": epoch seconds, "cell": ...}`,
+  written when a cell saw the API answer 429; every worker waits it out before its next cell.
 
 The plugin, the cells, the reports and ponybench-compare reach these files only through this
 module, so a file name lives in one place.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import time
 from pathlib import Path
 
 from .spec import HARNESS_PREFIX
@@ -26,6 +29,8 @@ SUMMARY = "summary.json"
 SUMMARY_MD = "summary.md"
 REPORT_HTML = "report.html"
 SPEND = f"{HARNESS_PREFIX}.spend.jsonl"
+PAUSE_FILE = f"{HARNESS_PREFIX}.pause.json"  # the shared 429 pause (another host may relay it)
+MAX_PAUSE = 3600.0  # seconds: no pause file holds cells back longer than this
 CELL_IDENTITY = f"{HARNESS_PREFIX}.cell.json"  # inside each workspace (see workspace.py)
 
 
@@ -170,6 +175,38 @@ class RunDir:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
+
+    # ---------------------------------------------------------------- the shared 429 pause
+
+    @property
+    def pause_path(self) -> Path:
+        return self.path / PAUSE_FILE
+
+    def pause(self, seconds: float, cell_id: str) -> None:
+        """Hold back every worker's next cell for `seconds` (a rate-limited key slows the run
+        instead of burning cells). A pause already in force for longer is kept."""
+        until = time.time() + seconds
+        if until > self.paused_until():
+            write_atomic(self.pause_path, json.dumps({"until": until, "cell": cell_id}))
+
+    def paused_until(self) -> float:
+        """Epoch seconds until which new cells wait; 0 when no pause was written."""
+        try:
+            until = json.loads(self.pause_path.read_text(encoding="utf-8")).get("until")
+        except (OSError, ValueError, AttributeError):
+            return 0.0
+        if not isinstance(until, (int, float)) or isinstance(until, bool):
+            return 0.0
+        return min(float(until), time.time() + MAX_PAUSE)  # a corrupt far-future pause cannot hang the run
+
+    def wait_for_pause(self, sleep=time.sleep) -> float:
+        """Sleep while a pause is in force (it may be extended meanwhile); the seconds waited."""
+        waited = 0.0
+        while (left := self.paused_until() - time.time()) > 0:
+            step = min(left, 5.0)  # read again: another worker may have extended it
+            sleep(step)
+            waited += step
+        return waited
 
     def spent(self) -> float:
         """Dollars recorded by every finished cell of this run so far, earlier sessions included."""

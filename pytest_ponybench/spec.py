@@ -39,6 +39,7 @@ TASK_FIELDS = {
     "check_timeout": "seconds each check may run (default 30)",
     "rehearsal": "{relative path: content} the scripted model writes in rehearsal",
     "forbidden": "seeded or fixture files the ticket says not to change (changing one fails correct)",
+    "rehearsal_fault": "what the scripted model does wrong in rehearsal: 429, 529, 500, 401, 403, stall or cut, ':N' for the first N requests",
 }
 ARM_FIELDS = {
     "description": "one line for humans",
@@ -76,6 +77,7 @@ class TaskSpec:
     description: str = ""
     spec_hash: str = ""
     forbidden: tuple[str, ...] = ()  # files the ticket says not to change
+    rehearsal_fault: str = ""  # rehearsal only: the fault the scripted model plays (rehearsal.parse_fault)
 
     @property
     def kind(self) -> str:
@@ -297,13 +299,27 @@ def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
     seed = _files(path, raw, "seed")
     rehearsal = _files(path, raw, "rehearsal")
     forbidden = _forbidden(path, raw, seed, fixture)
+    fault = _rehearsal_fault(path, raw)
     description = raw.get("description") or ""
     return TaskSpec(
         name=name, path=path, prompt=prompt, file=entry, seed=seed, fixture=fixture, open=open_,
         checks=dict(checks), refs=refs, tags=tuple(tags), check_timeout=float(timeout),
         rehearsal=rehearsal, description=str(description), spec_hash=_short_hash(raw),
-        forbidden=forbidden,
+        forbidden=forbidden, rehearsal_fault=fault,
     )
+
+
+def _rehearsal_fault(path: Path, raw: dict) -> str:
+    """The task's `rehearsal_fault` in its written form ('529:1'), checked; '' when absent."""
+    value = raw.get("rehearsal_fault")
+    if value is None:
+        return ""
+    from .rehearsal import parse_fault  # stdlib only: no cycle, nothing heavy
+
+    try:
+        return str(parse_fault(str(value)))
+    except ValueError as exc:
+        raise SpecError(f"{path}: field 'rehearsal_fault': {exc}") from None
 
 
 def load_arm(path: Path) -> ArmSpec:

@@ -64,11 +64,10 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import asdict, dataclass, field
-from statistics import median
+from statistics import NormalDist, median
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from .record import INFRA, NEVER_RAN
 
@@ -91,7 +90,8 @@ POWER = 0.80
 
 WILSON = "Wilson score interval"
 NEWCOMBE = "Newcombe hybrid score interval (method 10, from two Wilson intervals)"
-FISHER = "Fisher's exact test, two-sided (scipy.stats.fisher_exact)"
+FISHER = ("Fisher's exact test, two-sided (the tables with the observed margins no more likely "
+          "than the observed one, in exact integer arithmetic)")
 HOLM = "Holm-Bonferroni over all Fisher p-values of this report"
 CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
 PASS_K = ("pass^k (tau-bench): per task with n measured runs of which c passed, C(c, k) / C(n, k) "
@@ -256,7 +256,7 @@ from .record import count, group_by, is_measured, loc_values, name_of, passed  #
 
 
 def z_value(confidence: float = CONFIDENCE) -> float:
-    return float(scipy_stats.norm.ppf(1 - (1 - confidence) / 2))
+    return NormalDist().inv_cdf(1 - (1 - confidence) / 2)
 
 
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -308,7 +308,7 @@ def runs_to_detect(reference_rate: float | None, difference: float = DETECTABLE_
     directions that stay within [0, 1], rounded up. A reference without a measured run is
     taken at 50%, the most demanding rate. None when neither direction fits in [0, 1]."""
     p1 = 0.5 if reference_rate is None else reference_rate
-    z_a, z_b = z_value(confidence), float(scipy_stats.norm.ppf(power))
+    z_a, z_b = z_value(confidence), NormalDist().inv_cdf(power)
     needed = []
     for p2 in (p1 + difference, p1 - difference):
         if not -1e-12 <= p2 <= 1 + 1e-12:
@@ -324,8 +324,16 @@ def runs_to_detect(reference_rate: float | None, difference: float = DETECTABLE_
 
 def fisher_p(x1: int, n1: int, x2: int, n2: int) -> float:
     """Two-sided Fisher exact p-value for the 2x2 table [[x1, n1-x1], [x2, n2-x2]]."""
-    result = scipy_stats.fisher_exact([[x1, n1 - x1], [x2, n2 - x2]])
-    return min(1.0, float(result.pvalue))
+    # Under fixed margins the first cell is hypergeometric. Every table's probability shares the
+    # denominator C(n1 + n2, x1 + x2), so comparing the integer numerators C(n1, k) C(n2, s - k)
+    # decides "no more likely than observed" exactly, ties included, with no float tolerance.
+    # (scipy.stats.fisher_exact gives the same values, at some 70 MB of imports.)
+    s = x1 + x2
+    weights = {k: math.comb(n1, k) * math.comb(n2, s - k)
+               for k in range(max(0, s - n2), min(n1, s) + 1)}
+    observed = weights[x1]
+    extreme = sum(w for w in weights.values() if w <= observed)
+    return min(1.0, extreme / math.comb(n1 + n2, s))
 
 
 def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from . import record as records_
 
-if TYPE_CHECKING:  # stats imports numpy and scipy: not needed to build the cell tables
+if TYPE_CHECKING:  # stats imports numpy: not needed to build the cell tables
     from .stats import ArmStats, Estimate
 
 CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
@@ -332,3 +332,81 @@ def pooled_change_table(comparison) -> Table:
     return Table("Per arm and model, pooled over tasks (each task counts once):",
                  ["arm", "model", "tasks", "in both", "correct (new)", "change", "safe (new)",
                   "change", "LOC change"], rows, notes)
+
+
+# --------------------------------------------------------------------------- infra errors and activity
+
+
+def infra_rows(records: Sequence[dict]) -> list[dict]:
+    """Per arm x model with an infra error or a retry: cells, infra errors (left out of every
+    rate), cells that needed more than one attempt, and what the failed attempts cost."""
+    rows = []
+    for (arm, model), cells in records_.group_by(records, "arm", "model").items():
+        infra = sum(1 for r in cells if records_.is_infra(r))
+        retried = sum(1 for r in cells if isinstance(r.get("attempts"), int) and r["attempts"] > 1)
+        cost = sum(float(r.get("infra_cost_usd") or 0.0) for r in cells
+                   if isinstance(r.get("infra_cost_usd"), (int, float)))
+        if infra or retried:
+            rows.append({"arm": arm, "model": model, "cells": len(cells), "infra_errors": infra,
+                         "retried": retried, "infra_cost_usd": round(cost, 6)})
+    return rows
+
+
+def infra_loud_line(records: Sequence[dict]) -> str:
+    """A warning when more than a fifth of the run's cells were infra errors, else ''."""
+    infra, total = records_.infra_share(records)
+    if not total or infra / total <= records_.INFRA_LOUD_SHARE:
+        return ""
+    return (f"WARNING: {infra} of {total} cells ({infra / total:.0%}) ended as infra errors (the model API "
+            f"failed): the rates rest on fewer cells than planned; resume the run later to fill them in.")
+
+
+def infra_lines(records: Sequence[dict]) -> list[str]:
+    lines = [f"infra errors: arm `{r['arm']}` · {r['model']}: {r['infra_errors']} of {r['cells']} cells "
+             f"left out of every rate; {r['retried']} cells retried; failed attempts cost "
+             f"{fmt_cost(r['infra_cost_usd'])}" for r in infra_rows(records)]
+    loud = infra_loud_line(records)
+    return lines + ([loud] if loud else [])
+
+
+def _per_cell(total: float, n: int) -> float:
+    return round(total / n, 2) if n else 0.0
+
+
+def activity_rows(records: Sequence[dict]) -> list[dict]:
+    """Per arm x model, over measured cells: how often each skill fired, reads and edits per
+    cell, and tool calls per cell by tool (from the records' `tool_calls`, `skills_used`,
+    `files_read`, `edits`)."""
+    from .agent import parse_counts  # the record's 'Name:count' format is agent.py's
+
+    rows = []
+    for (arm, model), cells in records_.group_by(records, "arm", "model").items():
+        measured = [r for r in cells if records_.is_measured(r) and "tool_calls" in r]
+        if not measured:
+            continue
+        skills: dict[str, int] = {}
+        tools: dict[str, int] = {}
+        for r in measured:
+            for skill in {s for s in str(r.get("skills_used") or "").split(",") if s}:
+                skills[skill] = skills.get(skill, 0) + 1
+            for tool, n in parse_counts(r.get("tool_calls")).items():
+                tools[tool] = tools.get(tool, 0) + n
+        n = len(measured)
+        rows.append({"arm": arm, "model": model, "cells": n, "skills_fired": dict(sorted(skills.items())),
+                     "reads_per_cell": _per_cell(sum(int(r.get("files_read") or 0) for r in measured), n),
+                     "edits_per_cell": _per_cell(sum(int(r.get("edits") or 0) for r in measured), n),
+                     "tool_calls_per_cell": {t: _per_cell(c, n) for t, c in sorted(tools.items())}})
+    return rows
+
+
+def activity_lines(records: Sequence[dict]) -> list[str]:
+    """One line per arm x model: what the arm made the agent do."""
+    lines = []
+    for r in activity_rows(records):
+        n = r["cells"]
+        fired = "; ".join(f"skill `{s}` fired in {k} of {n} cells" for s, k in r["skills_fired"].items()) \
+            or f"no skill fired in {n} cells"
+        tools = ", ".join(f"{t} {c:g}" for t, c in r["tool_calls_per_cell"].items()) or "none"
+        lines.append(f"arm `{r['arm']}` · {r['model']}: {fired}; reads per cell {r['reads_per_cell']:g}; "
+                     f"edits per cell {r['edits_per_cell']:g}; tool calls per cell: {tools}")
+    return lines

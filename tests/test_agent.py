@@ -308,7 +308,8 @@ def test_verify_arm_ignores_builtin_plugins_however_marked():
 
 REQUIRED = {"-p": "PROMPT", "--model": "claude-x-1", "--permission-mode": "bypassPermissions",
             "--setting-sources": "project,local", "--disallowedTools": "Bash", "--output-format": "stream-json"}
-REQUIRED_SWITCHES = {"--strict-mcp-config", "--verbose"}
+# --include-hook-events: every hook's output, exit code and outcome, which prove a real arm (proof.py).
+REQUIRED_SWITCHES = {"--strict-mcp-config", "--verbose", "--include-hook-events"}
 # Beyond the list: keeps the CLI from writing a session transcript under ~/.claude.
 ALLOWED_EXTRA = {"--no-session-persistence"}
 

@@ -7,7 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from support.benchproc import ADD_TASK, bench_args, run, write_project
+from support.benchproc import ADD_TASK, bench_args, fake_env, run, write_project
+from support.ponyproject import only_run_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TRAP = "raise RuntimeError('tests/ was imported by a benchmark run')\n"
@@ -56,3 +57,23 @@ def test_running_a_cell_imports_no_numerical_or_plotting_library(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "none"
+
+
+def plot_images(run_dir: Path) -> int:
+    return (run_dir / "report.html").read_text(encoding="utf-8").count('<img class="plot"')
+
+
+def test_plots_are_drawn_only_when_asked_for(tmp_path):
+    # Drawing them imports matplotlib and costs seconds at the end of every session.
+    import matplotlib  # noqa: F401  (the test extra has it: drawing must work when asked for)
+
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write={"add.py": "def add(a, b):\n    return a + b\n"})
+    plain = run(root, bench_args(root, "-q"), env=env)
+    assert plain.returncode == 0, plain.stdout[-3000:]
+    first = only_run_dir(root)
+    page = (first / "report.html").read_text(encoding="utf-8")
+    assert plot_images(first) == 0 and "--ponybench-plots" in page
+    asked = run(root, bench_args(root, "-q", "--ponybench-plots", f"--ponybench-rescore={first}"), env=env)
+    assert asked.returncode == 0, asked.stdout[-3000:]
+    assert plot_images(first) == 3

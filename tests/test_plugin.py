@@ -31,7 +31,8 @@ MODEL_ID = "claude-haiku-test-1"  # configured for the alias haiku in the projec
 ARMS = {
     "baseline": "# adds nothing\n{}\n",
     "brief": "prompt: Be brief.\n",
-    "plug": "plugin: plugins/plug\n",  # a plugin found relative to arms/
+    # a plugin found relative to arms/, proven by what its SessionStart hook prints
+    "plug": "plugin: plugins/plug\nproof: ['plug is active']\n",
     "ghost": "plugin: ghost-plugin-nowhere\n",  # a plugin found nowhere: its cells never run
 }
 TASKS = {"add": pp.ADD_TASK, "mul": pp.MUL_TASK}
@@ -45,7 +46,15 @@ def write_main_project(root: Path) -> Path:
     plugin = root / "arms" / "plugins" / "plug" / ".claude-plugin"
     plugin.mkdir(parents=True)
     (plugin / "plugin.json").write_text('{"name": "plug", "version": "1.0.0"}')
+    write_hook(plugin.parent, "echo 'plug is active'")
     return root
+
+
+def write_hook(plugin_dir: Path, command: str) -> None:
+    """A SessionStart command hook for a plugin (the fake CLI runs it, as the real one does)."""
+    (plugin_dir / "hooks").mkdir(parents=True, exist_ok=True)
+    (plugin_dir / "hooks" / "hooks.json").write_text(json.dumps(
+        {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": command}]}]}}))
 
 
 def cells_of_main_project() -> list[str]:

@@ -543,3 +543,47 @@ def test_the_listen_backlog_takes_a_burst_of_parallel_cells(server):
     # Python's default backlog of 5 drops a burst of connects; a dropped SYN is retried only
     # after a second, which is how parallel cells would stall. (Timings live in bench/.)
     assert type(server._server).request_queue_size >= 128
+
+
+# faults ---------------------------------------------------------------------------------------
+
+def _tool_body():
+    return {"model": MODEL, "stream": True, "tools": TOOLS, "system": "s",
+            "messages": [{"role": "user", "content": "go"}]}
+
+
+def test_a_fault_for_the_first_requests_then_answers(server, tmp_path):
+    from pytest_ponybench.rehearsal import parse_fault
+
+    url = _messages_url(server.register("f529", CellScript(writes=[(str(tmp_path / "a"), "a")],
+                                                           fault=parse_fault("529:2"))))
+    for _ in range(2):
+        status, headers, payload = _post(url, _tool_body())
+        error = json.loads(payload)["error"]
+        assert (status, error["type"]) == (529, "overloaded_error")
+        assert headers.get("x-should-retry") is None  # the CLI retries it, as it would the real API's
+    status, _, payload = _post(url, _tool_body())
+    assert status == 200 and _parse_sse(payload)[-1][0] == "message_stop"
+
+
+def test_a_429_asks_for_a_short_wait_and_a_401_is_final(server):
+    from pytest_ponybench.rehearsal import parse_fault
+
+    status, headers, payload = _post(_messages_url(server.register("f429", CellScript(fault=parse_fault("429")))),
+                                     _tool_body())
+    assert (status, headers.get("retry-after")) == (429, "1")
+    assert json.loads(payload)["error"]["type"] == "rate_limit_error"
+    status, headers, payload = _post(_messages_url(server.register("f401", CellScript(fault=parse_fault("401")))),
+                                     _tool_body())
+    assert (status, headers.get("x-should-retry")) == (401, "false")
+    assert json.loads(payload)["error"]["type"] == "authentication_error"
+
+
+def test_a_cut_stream_ends_mid_message(server):
+    from pytest_ponybench.rehearsal import parse_fault
+
+    url = _messages_url(server.register("fcut", CellScript(answer="never whole", fault=parse_fault("cut"))))
+    status, _, payload = _post(url, _tool_body())
+    names = [name for name, _ in _parse_sse(payload)]
+    assert status == 200 and names == ["message_start", "content_block_start"]
+    assert b"never whole" not in payload

@@ -19,6 +19,15 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
             process that started the harness's supervisor, e.g. an xdist worker, then hang)
   cells:    {cell id: {keys as above}}: overrides for the cell whose workspace (the working
             directory) has that name, e.g. one hanging cell among good ones
+  api errors: mode "api_error" (2 api_retry lines, the CLI's API error line and a result with
+            terminal_reason api_error; `api_status`, default 529, and `api_type`), "api_retry_hang"
+            (api_retry lines, then hang until killed), "api_cut" (an api_retry line, then exit 1 with
+            no result); `api_error_times: N` plays "api_error" for the first N calls in a workspace
+            of that name only (counted in a file beside the spec), then `mode`
+  hooks:    [hook_response fields] printed before the init line (--include-hook-events), after
+            those of the --plugin-dir plugin's SessionStart command hooks, which the fake runs
+  skills:   the init line's skills
+  tool_uses: [[name, input], ...] played as tool_use blocks (each followed by its tool_result)
   extra_plugins / extra_tools: added to the init line (a wrong arm)
   drop_plugin: leave the --plugin-dir plugin out of the init line
   cost, input_tokens, output_tokens: usage figures
@@ -47,6 +56,12 @@ def main(argv):
         with open(spec["calls"], "a") as fh:
             fh.write(json.dumps({"cwd": os.getcwd(), "argv": argv}) + "\n")
     mode = os.environ.get("PONYBENCH_FAKE_MODE") or spec.get("mode", "ok")
+    if spec.get("api_error_times"):
+        counter = Path(os.environ["PONYBENCH_FAKE"]).with_name(f"attempts-{Path.cwd().name}")
+        seen = int(counter.read_text()) if counter.exists() else 0
+        counter.write_text(str(seen + 1))
+        if seen < int(spec["api_error_times"]):
+            mode = "api_error"
     if mode == "root_refusal":
         print("--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons",
               file=sys.stderr)
@@ -71,12 +86,40 @@ def main(argv):
     tools = ["Read", "Write", "Edit", "Glob", "Grep"] + spec.get("extra_tools", [])
     if "Bash" not in (arg(argv, "--disallowedTools") or ""):
         tools.append("Bash")
+    for hook in (plugin_hooks(plugin_dir) + spec.get("hooks", [])) if "--include-hook-events" in argv else []:
+        emit({"type": "system", "subtype": "hook_response", "hook_name": "SessionStart:startup",
+              "hook_event": "SessionStart", "stdout": "", "stderr": "", "exit_code": 0, "outcome": "success", **hook})
     emit({"type": "system", "subtype": "init", "claude_code_version": "2.1.328", "model": arg(argv, "--model"),
-          "tools": tools, "plugins": plugins, "cwd": os.getcwd(), "permissionMode": arg(argv, "--permission-mode")})
+          "tools": tools, "plugins": plugins, "cwd": os.getcwd(), "permissionMode": arg(argv, "--permission-mode"),
+          "skills": spec.get("skills", [])})
+    if mode in ("api_error", "api_retry_hang", "api_cut"):
+        status = int(spec.get("api_status", 529))
+        kind = spec.get("api_type", "overloaded_error")
+        for attempt in (1, 2):
+            emit({"type": "system", "subtype": "api_retry", "attempt": attempt, "max_retries": 2,
+                  "retry_delay_ms": 500, "error_status": status, "error": kind})
+        if mode == "api_retry_hang":
+            time.sleep(600)
+        if mode == "api_cut":
+            return 1
+        text = f"API Error: {status} {kind}"
+        emit({"type": "assistant", "is_api_error_message": True, "error": kind,
+              "message": {"id": "synthetic", "model": "<synthetic>", "role": "assistant",
+                          "content": [{"type": "text", "text": text}]}})
+        emit({"type": "result", "subtype": "success", "is_error": True, "terminal_reason": "api_error",
+              "api_error_status": status, "api_error_type": kind, "result": text, "num_turns": 1,
+              "duration_ms": 900, "total_cost_usd": spec.get("api_error_cost", 0.0), "usage": {},
+              "modelUsage": {}, "permission_denials": []})
+        return 1
     usage = {"input_tokens": spec.get("input_tokens", 100), "output_tokens": spec.get("output_tokens", 20),
              "cache_read_input_tokens": 5, "cache_creation_input_tokens": 7}
     emit({"type": "assistant", "message": {"id": "msg_1", "role": "assistant", "usage": usage,
                                            "content": [{"type": "text", "text": "Working on it."}]}})
+    for n, (name, tool_input) in enumerate(spec.get("tool_uses", [])):
+        emit({"type": "assistant", "message": {"id": f"msg_tool_{n}", "role": "assistant", "content": [
+            {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": tool_input}]}})
+        emit({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}]}})
     for rel, content in spec.get("write", {}).items():
         target = Path(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -150,6 +193,22 @@ def main(argv):
           "usage": usage, "modelUsage": {arg(argv, "--model"): {"costUSD": spec.get("cost", 0.0123)}},
           "permission_denials": [], "stop_reason": "end_turn"})
     return 0
+
+
+def plugin_hooks(plugin_dir):
+    """Run the SessionStart command hooks of the --plugin-dir plugin, as the CLI does: their
+    hook_response fields."""
+    try:
+        declared = json.loads((Path(plugin_dir) / "hooks" / "hooks.json").read_text())["hooks"]
+    except (TypeError, OSError, ValueError, KeyError):
+        return []
+    found = []
+    for group in declared.get("SessionStart", []):
+        for hook in group.get("hooks", []):
+            done = subprocess.run(["sh", "-c", hook["command"]], capture_output=True, text=True, timeout=30)
+            found.append({"stdout": done.stdout, "stderr": done.stderr, "output": done.stdout + done.stderr,
+                          "exit_code": done.returncode, "outcome": "success" if done.returncode == 0 else "error"})
+    return found
 
 
 def emit(event):
