@@ -35,6 +35,21 @@ ROOT_REFUSAL = "cannot be used with root/sudo"
 
 
 
+# Memory files the CLI reads from its working directory and every folder above it, whatever
+# --setting-sources says (measured with 2.1.328: a CLAUDE.md above the workspace reached the
+# model in the first request). A cell's workspace sits under the run directory, so one of
+# these above it reaches every cell of every arm.
+MEMORY_FILES = ("CLAUDE.md", "CLAUDE.local.md")
+
+
+def memory_files_above(path: Path) -> list[Path]:
+    """The CLAUDE.md files the CLI would read in every cell under `path`."""
+    found = []
+    for folder in [Path(path).resolve(), *Path(path).resolve().parents]:
+        found += [folder / name for name in MEMORY_FILES if (folder / name).is_file()]
+    return found
+
+
 class CliMissing(Exception):
     """No usable claude binary: one clear error for the session, not N failed cells."""
 

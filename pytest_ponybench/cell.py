@@ -272,7 +272,8 @@ def judge(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
     verdicts = {}
     for axis, code in task.checks.items():
         with workspace.disposable_copy(ws, f"check-{axis}") as copy:
-            verdicts[axis] = checks.run_check(code, copy, axis, task.file, task.check_timeout)
+            verdicts[axis] = checks.run_check(code, copy, axis, task.file, task.check_timeout,
+                                              transcript=ws / workspace.TRANSCRIPT)
     return checks.with_forbidden(verdicts, checks.forbidden_edits(task, ws))
 
 

@@ -34,8 +34,11 @@ class Verdict:
     reason: str  # "ok", or one sentence saying why the check failed
 
 
-def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float) -> Verdict:
-    """Run one check against a workspace and return its verdict; never raises for agent faults."""
+def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float,
+              transcript: Path | None = None) -> Verdict:
+    """Run one check against a workspace and return its verdict; never raises for agent faults.
+    `transcript`: the cell's kept transcript, named to the check in $PONYBENCH_TRANSCRIPT (the
+    graders of an imported eval case read the agent's tool calls there)."""
     with tempfile.TemporaryDirectory(prefix="ponybench-check-") as tmp:
         tmpdir = Path(tmp)
         verdict_path = tmpdir / "verdict.json"
@@ -45,6 +48,8 @@ def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout:
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace
             "PYTHONHASHSEED": "0",
         }
+        if transcript is not None:
+            env["PONYBENCH_TRANSCRIPT"] = str(transcript)
         with open(output_path, "wb") as out:
             proc = procs.start_call("pytest_ponybench.checks:run_here", [code, str(verdict_path), entry or ""],
                                     cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out,

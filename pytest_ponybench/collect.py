@@ -39,14 +39,18 @@ class TaskFile(pytest.File):
     """One task file. `state` is the session's PonybenchState (plugin.py), handed over when
     the collector is made, so items get what they need without reaching back for it."""
 
-    def __init__(self, *, state, **kwargs):
+    def __init__(self, *, state, fixtures_dir: Path | None = None, **kwargs):
         super().__init__(**kwargs)
         self.state = state
+        self.fixtures_dir = fixtures_dir if fixtures_dir is not None else state.settings.fixtures_dir
+
+    def load(self) -> TaskSpec:
+        return load_task(self.path, self.fixtures_dir)
 
     def collect(self):
         state = self.state
         try:
-            task = load_task(self.path, state.settings.fixtures_dir)
+            task = self.load()
         except SpecError as exc:
             raise self.CollectError(str(exc)) from None
         for tag in task.tags:
@@ -62,11 +66,46 @@ class TaskFile(pytest.File):
                 yield CellItem.from_parent(self, name=cell.id, cell=cell, state=state)
 
 
+class EvalCaseFile(TaskFile):
+    """One imported `claude plugin eval` case (plugin_evals.py): its case.yaml or prompt.md."""
+
+    def load(self) -> TaskSpec:
+        return self.state.evals.cases[self.path.parent.name].task
+
+
+class EvalsDir(pytest.Dir):
+    """A plugin's evals/ folder: one collector per case, named like the case's folder."""
+
+    state = None
+
+    @classmethod
+    def from_parent(cls, parent, *, path, state):
+        node = super().from_parent(parent, path=path)
+        node.state = state
+        return node
+
+    def collect(self):
+        for name, case in sorted(self.state.evals.cases.items()):
+            if Path(case.task.path).parent.resolve().is_relative_to(Path(self.path).resolve()):
+                yield EvalCaseFile.from_parent(self, path=case.task.path, state=self.state)
+
+
 class TasksDir(pytest.Dir):
-    """The tasks folder: its task files, plus the proofs of the harness's own instruments."""
+    """A tasks folder: its task files, plus (in the first one) the proofs of the harness's
+    own instruments."""
+
+    harness = True
+
+    @classmethod
+    def from_parent(cls, parent, *, path, harness: bool = True):
+        node = super().from_parent(parent, path=path)
+        node.harness = harness
+        return node
 
     def collect(self):
         yield from super().collect()
+        if not self.harness:
+            return
         yield HarnessItem.from_parent(self, name="harness-tree-kill", proof=instruments.prove_tree_kill)
         yield HarnessItem.from_parent(self, name="harness-plugin-resolution",
                                       proof=instruments.prove_plugin_resolution)

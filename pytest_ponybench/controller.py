@@ -13,10 +13,11 @@ import json
 import os
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
-from . import agent, fleet, instruments, record as records, summary, tables
+from . import agent, fleet, instruments, library, progress, record as records, summary, tables
 from .rundir import NotARunDir, RunDir, cost_history, usd, write_atomic
 from .spec import SpecError, load_task
 
@@ -130,6 +131,8 @@ class Controller:
         # Workers on other hosts: shipments out, workspaces home, one budget (fleet.py).
         self.fleet = fleet.ControllerFleet(state, state.settings.remote_workers)
         config.pluginmanager.register(self.fleet, "ponybench-fleet")
+        self.progress: progress.ProgressPrinter | None = None
+        self.interrupted = False
 
     # ---------------------------------------------------------------- the gate
 
@@ -149,6 +152,13 @@ class Controller:
         if state.settings.rescore is not None:
             self.gathering = Gathering(state.run_dir, mode="rescore")
             return
+        if remote:
+            try:  # the library's folders this run uses, as the one set a remote worker gets
+                self.fleet.settings = fleet.remote_settings(
+                    state.settings, state.task_folders, library.arm_folders(state.settings.arms_dir, state.settings.library),
+                    state.evals is not None)
+            except ValueError as exc:
+                raise pytest.UsageError(f"{', '.join(remote)}: {exc}") from None
         try:
             state.claude = agent.find_claude(state.settings.claude, config.rootpath)
             state.claude_version = agent.claude_version(state.claude)
@@ -193,9 +203,17 @@ class Controller:
         broken file stops the run before its first cell. --continue-on-collection-errors
         still runs the valid ones."""
         tasks, broken = [], []
-        for path in sorted(self.state.settings.tasks_dir.glob("*.y*ml")):
+        try:
+            files = self.state.all_tasks()  # the project's and the shipped library's (library.py)
+        except SpecError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        cases = self.state.evals.cases if self.state.evals is not None else {}
+        for path, fixtures in files:
+            if fixtures is None:  # an imported eval case, validated when it was imported
+                tasks.append(cases[Path(path).parent.name].task)
+                continue
             try:
-                tasks.append(load_task(path, self.state.settings.fixtures_dir))
+                tasks.append(load_task(path, fixtures))
             except SpecError as exc:
                 broken.append(str(exc))
         if broken and not self.config.option.continue_on_collection_errors:
@@ -248,7 +266,26 @@ class Controller:
             line += "; no earlier run of these tasks and models to estimate the cost from"
         if settings.max_cost is not None:
             line += f"; budget {usd(settings.max_cost)} ({usd(run_dir.spent())} spent so far)"
+        if settings.rehearse:
+            line += "; every dollar figure of a rehearsal is simulated"
         self.write(line)
+        for memory in agent.memory_files_above(run_dir.path):
+            self.write(f"ponybench: warning: {memory} is above the run directory, so the CLI puts it in front of "
+                       f"the model in every cell of every arm; keep runs elsewhere (--ponybench-dir=/tmp/runs)")
+        self.progress = self.make_progress(len(cells))
+
+    def make_progress(self, total: int) -> progress.ProgressPrinter:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        tty = bool(reporter is not None and getattr(reporter, "isatty", False))
+        count = progress.Progress(total=total, rehearsal=self.state.settings.rehearse)
+        # A rewritten line must fit the terminal: a wrapped one cannot be rewritten in place.
+        rewrite = (lambda line: reporter.rewrite(line[:max(reporter._tw.fullwidth - 1, 20)], erase=True)) if tty else None
+        return progress.ProgressPrinter(count, self.write_plain if tty else self.write, rewrite, tty)
+
+    def write_plain(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(line)
 
     def write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -264,19 +301,35 @@ class Controller:
         props = dict(report.user_properties)
         if report.when == "call" and "cell" in props:
             self.gathering.add(props)
-            if not props.get("reused") and self.gathering.mode != "rescore":
-                cost = props.get("cost_usd")
-                attempts = props.get("attempts")
-                self.write(f"ponybench: {props['cell']} {props.get('status')}"
-                           f"{f' after {attempts} attempts' if isinstance(attempts, int) and attempts > 1 else ''}"
-                           f"{'' if cost is None else ' ' + usd(cost)}; "
-                           f"{usd(self.state.run_dir.spent())} spent so far")
+            if self.progress is not None:
+                self.progress.progress.add(props, self.state.run_dir.spent())
+                self.progress.update()
         elif report.skipped and BUDGET_REACHED in str(report.longrepr):
             self.gathering.budget_skipped += 1
+            if self.progress is not None:
+                self.progress.progress.skip(self.state.run_dir.spent())
+                self.progress.update()
 
     # ---------------------------------------------------------------- the end
 
+    def pytest_keyboard_interrupt(self, excinfo):
+        self.interrupted = True
+        if self.progress is not None:
+            self.progress.close()
+
+    def pytest_unconfigure(self, config):
+        """Last of all: the run's summary.md into a GitHub Actions job summary, and after an
+        interrupt, as the very last line, the command that finishes the run."""
+        if self.gathering is None or self.gathering.mode == "rescore":
+            return
+        summary.append_step_summary(self.state.run_dir.path / "summary.md")
+        if self.interrupted:
+            self.write_plain("interrupted; finish this run (finished cells are kept, never paid twice) with: "
+                             + progress.resume_command(config.invocation_params.args, self.state.run_dir.path))
+
     def pytest_sessionfinish(self, session, exitstatus):
+        if self.progress is not None:
+            self.progress.close()
         if self.gathering is not None:
             s = self.state
             self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,

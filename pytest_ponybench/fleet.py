@@ -149,13 +149,35 @@ def _fixture_variable(task_path: Path) -> str | None:
     return value[1:].strip("{}") if isinstance(value, str) and value.startswith("$") else None
 
 
-def tasks_relpath(settings, rootpath: Path) -> str:
-    """Where the tasks folder sits under the rootdir: the remote worker rebuilds that layout,
-    so its node ids (`tasks/x.yaml::cell`) are the controller's and every local worker's."""
+def remote_settings(settings, task_folders: list, arm_folders: list[Path], has_evals: bool):
+    """The settings a remote worker runs with: the run's one tasks folder (the project's or the
+    shipped library's, as library.py chose) with its fixtures, and its one arms folder, as its
+    only library (`off`: the worker has no other). Raises ValueError with one sentence for what
+    cannot travel yet: two task or arm folders (`--ponybench-library add`), plugin folders given
+    with --ponybench-plugin, imported eval suites."""
+    if len(task_folders) != 1 or len(arm_folders) > 1 or settings.plugins or has_evals:
+        raise ValueError(
+            "remote workers get one tasks folder and one arms folder from the controller; this run has "
+            f"{len(task_folders)} task folder(s), {len(arm_folders)} arm folder(s)"
+            + (", --ponybench-plugin folders" if settings.plugins else "")
+            + (", imported eval suites" if has_evals else "")
+            + ": run it on local workers (-n N), or with --ponybench-library replace and the plugin as a "
+              "YAML arm in the project's arms/")
+    folder = task_folders[0]
+    return dataclasses.replace(settings, tasks_dir=folder.tasks, fixtures_dir=folder.fixtures,
+                               arms_dir=arm_folders[0] if arm_folders else settings.arms_dir, library="off")
+
+
+def tasks_relpath(settings, rootpath: Path) -> tuple[str, bool]:
+    """Where the tasks folder sits under the rootdir, and whether it is under it at all: the
+    remote worker rebuilds that layout, so its node ids are the controller's. Under the rootdir
+    they are rootdir-relative (`tasks/x.yaml::cell`); a folder outside it (the shipped library
+    in a project with no tasks/) is an initial path of its own, and ids are relative to it
+    (`x.yaml::cell`)."""
     try:
-        return settings.tasks_dir.relative_to(Path(rootpath).resolve()).as_posix()
+        return settings.tasks_dir.relative_to(Path(rootpath).resolve()).as_posix(), True
     except ValueError:
-        return settings.tasks_dir.name
+        return settings.tasks_dir.name, False
 
 
 def settings_data(settings) -> dict:
@@ -168,7 +190,7 @@ def settings_data(settings) -> dict:
 def shipment(settings, rootpath: Path, tasks: list, stamp: str, limit: int = MAX_SHIPMENT) -> dict:
     """What every remote worker gets in its workerinput (plain data only). Raises ValueError
     with one sentence when the packed files exceed `limit`."""
-    rel = tasks_relpath(settings, rootpath)
+    rel, under_root = tasks_relpath(settings, rootpath)
     entries: list[tuple[str, Path]] = [("tree", settings.tasks_dir.parent)]
     parts = Path(rel).parts
     for i in range(1, len(parts)):
@@ -202,7 +224,7 @@ def shipment(settings, rootpath: Path, tasks: list, stamp: str, limit: int = MAX
             f"{limit / 2**20:.0f} MiB that may travel in workerinput; leave large files out of the fixtures "
             f"(see FIXTURE_SKIP) or run without remote workers")
     return {"bundle": base64.b64encode(data).decode("ascii"), "bundle_bytes": len(data), "tasks_rel": rel,
-            "settings": settings_data(settings), "stamp": stamp, "fixture_vars": variables}
+            "ids_under_root": under_root, "settings": settings_data(settings), "stamp": stamp, "fixture_vars": variables}
 
 
 def _dedupe(entries: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
@@ -262,8 +284,9 @@ def _unpack_into(config, settings_cls, shipped: dict, scratch: Path) -> Unpacked
         raise WorkerCannotStart(f"{where}: its scratch folder {scratch} lies under its rootdir {root}, so its "
                                 f"node ids would not be the controller's; point TMPDIR on that host at a folder "
                                 f"outside {root}")
-    # Node ids are relative to the collected folder: `tasks/x.yaml::cell`, as on the controller.
-    config.args[:] = [str(tree)]
+    # Node ids are relative to the collected folder, as on the controller: the rebuilt rootdir
+    # layout (`tasks/x.yaml::cell`), or the tasks folder itself when it lay outside the rootdir.
+    config.args[:] = [str(tree if shipped.get("ids_under_root", True) else tree / shipped["tasks_rel"])]
     try:
         claude = agent.find_claude(settings.claude, root)
     except agent.CliMissing as exc:
@@ -433,6 +456,7 @@ class ControllerFleet:
         self.remote_nodes: list = []
         self.counted: dict[str, list[str]] = {}  # worker id -> its cells whose spend is on the ledger
         self.sent_files: dict[str, str | None] = {}
+        self.settings = None  # what remote workers run with (remote_settings), when not the run's own
 
     def configure_node(self, node, tasks: list, rootpath: Path) -> bool:
         """Fill a remote worker's workerinput; False for a local worker (nothing to do)."""
@@ -441,7 +465,7 @@ class ControllerFleet:
             return False
         if not hasattr(self, "_shipment"):
             try:
-                self._shipment = shipment(self.state.settings, rootpath, tasks, self.state.run_dir.name)
+                self._shipment = shipment(self.settings or self.state.settings, rootpath, tasks, self.state.run_dir.name)
             except ValueError as exc:
                 pytest.exit(f"ponybench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
             if self.state.settings.resume is not None:

@@ -117,6 +117,8 @@ INI = {
     "ponybench_max_cell_cost": ("string", "", "US dollars one cell may spend (passed to the CLI as --max-budget-usd)"),
     "ponybench_plots": ("bool", False, "draw the plots of report.html (needs matplotlib)"),
     "ponybench_at_once": ("string", "1", "cells one pytest process runs at once (threads; their agents wait on the model)"),
+    "ponybench_library": ("string", "replace", "how the project's tasks/ and arms/ combine with the shipped library: "
+                                               "replace, add or off"),
     "ponybench_retries": ("string", "2", "times a cell that ended as an infra error (the model API failed) runs again"),
     "ponybench_retry_wait": ("string", "10", "seconds before the first retry of an infra error (doubling each time); "
                                              "also how long a 429 pauses every worker's next cell"),
@@ -140,6 +142,35 @@ def add_run_options(group) -> None:
     group.addoption("--ponybench-at-once", type=positive_int, default=None, metavar="N",
                     help="cells one pytest process runs at once, in threads: 32 cells at once need one "
                          "process, not 32 xdist workers [ini ponybench_at_once, default 1]")
+
+
+def plugin_dir(value: str) -> Path:
+    """A Claude Code plugin directory: it holds .claude-plugin/plugin.json (or plugin.json)."""
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is not a directory; give the folder of a Claude Code plugin")
+    if not ((path / ".claude-plugin" / "plugin.json").is_file() or (path / "plugin.json").is_file()):
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a Claude Code plugin: it has no .claude-plugin/plugin.json; give the plugin's root folder")
+    return path.resolve()
+
+
+def library_mode(value: str) -> str:
+    from .library import MODES
+
+    if value not in MODES:
+        raise argparse.ArgumentTypeError(f"'{value}' is not one of {', '.join(MODES)}")
+    return value
+
+
+def add_library_options(group) -> None:
+    group.addoption("--ponybench-library", type=library_mode, default=None, metavar="replace|add|off",
+                    help="how the project's own tasks/ and arms/ combine with the shipped library: replace "
+                         "(the project's folder when it has one, else the shipped one), add (both), off "
+                         "(the project's only) [ini ponybench_library, default replace]")
+    group.addoption("--ponybench-plugin", type=plugin_dir, action="append", default=None, metavar="PATH",
+                    help="an arm from a Claude Code plugin folder, no YAML needed (repeatable); its evals/ "
+                         "cases become tasks run with it and with baseline")
 
 
 def add_rehearsal_options(group) -> None:
@@ -194,6 +225,7 @@ def addoption(parser) -> None:
     add_rehearsal_options(group)
     add_safety_options(group)
     add_storage_options(group)
+    add_library_options(group)
     add_ini(parser)
 
 
@@ -227,6 +259,8 @@ class Settings:
     tasks_dir: Path
     arms_dir: Path
     fixtures_dir: Path
+    library: str = "replace"  # --ponybench-library (library.py)
+    plugins: tuple[Path, ...] = ()  # --ponybench-plugin folders (plugin_arm.py)
 
 
 def _ini_parsed(config, name: str, parse):
@@ -300,4 +334,6 @@ def settings(config) -> Settings:
         tasks_dir=(root / config.getini("ponybench_tasks")).resolve(),
         arms_dir=(root / config.getini("ponybench_arms")).resolve(),
         fixtures_dir=(root / config.getini("ponybench_fixtures")).resolve(),
+        library=opt.ponybench_library or _ini_parsed(config, "ponybench_library", library_mode),
+        plugins=tuple(dict.fromkeys(opt.ponybench_plugin or ())),
     )

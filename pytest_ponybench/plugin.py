@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from . import fleet, options, pool, procs
+from . import fleet, library, options, pool, procs
 from .cell import Cell, CellContext, read_identity
-from .collect import TaskFile, TasksDir, arm_placeholder
+from .collect import EvalsDir, TaskFile, TasksDir, arm_placeholder
 from .rundir import RunDir
 from .spec import ArmSpec, SpecError, TaskSpec, load_arms, model_ids, resolve_model
 
@@ -35,16 +35,34 @@ class PonybenchState:
     claude_version: str = ""
     is_worker: bool = False  # an xdist worker: other cells run beside this process's
     fleet: fleet.WorkerFleet | None = None  # a remote worker: the run's spend comes from the controller
+    task_folders: list = field(default_factory=list)  # library.TaskFolder: the project's, the shipped
+    default_arms: list[str] | None = None  # with --ponybench-plugin: the reference arm and the plugins'
+    evals: object = None  # plugin_evals.EvalSuites: the imported claude plugin eval cases
 
     def selected_arms(self) -> list[ArmSpec]:
-        names = self.settings.arms or sorted(self.arms)
+        names = self.settings.arms or self.default_arms or sorted(self.arms)
         return [self.arms[name] for name in names]
+
+    def arms_for(self, task: TaskSpec) -> list[ArmSpec]:
+        """An imported eval case runs with its plugin's arm and the reference arm only (those
+        of them --arms selects); a task with every selected arm."""
+        selected = self.selected_arms()
+        own = self.evals.arms_for(task.name, self.settings.reference) if self.evals is not None else None
+        return selected if own is None else [a for a in selected if a.name in own]
 
     def cells_for(self, task: TaskSpec) -> list[Cell]:
         return [Cell(task, arm, model, self.model_ids.get(model, model), run)
-                for arm in self.selected_arms()
+                for arm in self.arms_for(task)
                 for model in self.settings.models
                 for run in range(self.settings.runs)]
+
+    def all_tasks(self) -> list[tuple[Path, Path | None]]:
+        """Every task file of the run with its fixtures folder, then every imported case
+        (fixtures None): what the controller validates and the run is made of."""
+        found = library.all_task_files(self.task_folders)
+        if self.evals is not None:
+            found += [(case.task.path, None) for case in self.evals.cases.values()]
+        return found
 
     def rescore_cells(self, task: TaskSpec) -> list[tuple[Cell, Path]]:
         found = []
@@ -115,10 +133,18 @@ def pytest_load_initial_conftests(early_config, parser, args):
     if getattr(known, "file_or_dir", None) or not any(
             getattr(known, name, None) for name in ("ponybench", "ponybench_rescore", "ponybench_resume")):
         return
-    tasks = Path(early_config.rootpath) / early_config.getini("ponybench_tasks")
-    if tasks.is_dir():
-        known.file_or_dir = [str(tasks)]  # the initial conftests are looked up from here
-        args.append(str(tasks))  # and the session collects it
+    # The project's tasks folder and/or the shipped library (library.py), and the evals/ of
+    # every --ponybench-plugin: collected from any directory, an empty one included.
+    root = Path(early_config.rootpath)
+    mode = getattr(known, "ponybench_library", None) or early_config.getini("ponybench_library")
+    if mode not in library.MODES:
+        return  # pytest_configure reports the bad ini value
+    folders = [str(f.tasks) for f in library.task_folders(
+        root / early_config.getini("ponybench_tasks"), root / early_config.getini("ponybench_fixtures"), mode)]
+    folders += [str(p / "evals") for p in getattr(known, "ponybench_plugin", None) or [] if (p / "evals").is_dir()]
+    if folders:
+        known.file_or_dir = folders  # the initial conftests are looked up from here
+        args.extend(folders)  # and the session collects them
 
 
 def pytest_configure(config):
@@ -140,8 +166,10 @@ def pytest_configure(config):
         config.pluginmanager.register(StrengthSection(settings), "ponybench-check-strength")
     try:
         state.model_ids = model_ids(settings.model_ids)
+        state.task_folders = library.task_folders(settings.tasks_dir, settings.fixtures_dir, settings.library)
         if settings.enabled:
-            state.arms = load_arms(settings.arms_dir)
+            library.all_task_files(state.task_folders)  # a task name in two folders: stop here, naming both
+            _load_arms_and_suites(state, config)
             _validate_selection(state)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -186,13 +214,39 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _load_arms_and_suites(state: PonybenchState, config) -> None:
+    """The arms of every arm folder (library.py), one per --ponybench-plugin folder, and the
+    plugins' claude plugin eval cases (registered as a plugin: they add to cell records)."""
+    from . import plugin_arm, plugin_evals
+
+    s = state.settings
+    folders = library.arm_folders(s.arms_dir, s.library)
+    paths = [p for folder in folders for p in sorted(folder.glob("*.yaml"))]
+    library.check_clashes("arm", paths)
+    for folder in folders:
+        state.arms.update(load_arms(folder))
+    plugged = plugin_arm.plugin_arms(s.plugins, state.arms)
+    state.arms.update(plugged)
+    if not plugged:
+        return
+    # Pointed at plugins, a run compares them with the reference arm unless --arms says otherwise.
+    state.default_arms = [n for n in [s.reference] if n in state.arms] + list(plugged)
+    suites = plugin_evals.EvalSuites()
+    taken = {p.stem: p for p, _ in library.all_task_files(state.task_folders)}
+    for folder, arm in zip(s.plugins, plugged.values()):
+        suites.add(plugin_evals.load_suite(folder, arm.name), taken)
+    if suites.cases:
+        state.evals = suites
+        config.pluginmanager.register(suites, "ponybench-plugin-evals")
+
+
 def _validate_selection(state: PonybenchState) -> None:
     s = state.settings
     if not state.arms and s.rescore is None:
-        raise SpecError(f"no arms: {s.arms_dir} has no *.yaml arm files")
+        raise SpecError(f"no arms: {s.arms_dir} has no *.yaml arm files and no --ponybench-plugin was given")
     for name in s.arms or []:
         if name not in state.arms:
-            raise SpecError(f"--arms: unknown arm '{name}'; the arms in {s.arms_dir} are {', '.join(sorted(state.arms))}")
+            raise SpecError(f"--arms: unknown arm '{name}'; the arms are {', '.join(sorted(state.arms))}")
     for model in s.models:
         resolve_model(model, state.model_ids)
     if s.rescore is None:
@@ -225,19 +279,33 @@ def pytest_ponybench_agent_env(cell, workspace):
 # --------------------------------------------------------------------------- collection
 
 
+def _task_folder(state, path) -> object:
+    resolved = Path(path).resolve()
+    return next((f for f in state.task_folders if f.tasks == resolved), None)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collect_directory(path, parent):
     state = parent.config.stash.get(STATE, None)
-    if state is not None and Path(path).resolve() == state.settings.tasks_dir:
-        return TasksDir.from_parent(parent, path=path)
+    if state is None:
+        return None
+    folder = _task_folder(state, path)
+    if folder is not None:
+        # The harness's own proofs belong to the first task folder only: once per session.
+        return TasksDir.from_parent(parent, path=path, harness=folder is state.task_folders[0])
+    if state.evals is not None and Path(path).name == "evals" and any(
+            Path(path).resolve() == p / "evals" for p in state.settings.plugins):
+        return EvalsDir.from_parent(parent, path=path, state=state)
     return None
 
 
 def pytest_collect_file(file_path, parent):
     state = parent.config.stash.get(STATE, None)
-    if (state is not None and file_path.suffix in (".yaml", ".yml")
-            and file_path.parent.resolve() == state.settings.tasks_dir):
-        return TaskFile.from_parent(parent, path=file_path, state=state)
+    if state is None or file_path.suffix not in (".yaml", ".yml"):
+        return None
+    folder = _task_folder(state, file_path.parent)
+    if folder is not None:
+        return TaskFile.from_parent(parent, path=file_path, state=state, fixtures_dir=folder.fixtures)
     return None
 
 

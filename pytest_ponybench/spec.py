@@ -395,6 +395,15 @@ def resolve_plugin_dir(arm: ArmSpec, arms_dir: Path, cache_dir: Path | None = No
     Raises SpecError with what to do when none exists."""
     if not arm.plugin:
         return None
+    if arm.path is None and Path(arm.plugin).is_absolute():
+        # An arm made from a plugin folder (--ponybench-plugin): exactly that folder, never an
+        # installed copy of the same name.
+        if not Path(arm.plugin).is_dir():
+            raise SpecError(f"arm '{arm.name}': plugin folder {arm.plugin} does not exist")
+        return str(Path(arm.plugin).resolve())
+    # A YAML arm's relative plugin path is relative to its own folder (the shipped arms/ or the
+    # project's), else to the arms folder given.
+    arms_dir = Path(arm.path).parent if arm.path is not None else Path(arms_dir)
     name = Path(arm.plugin).name
     var = re.sub(r"[^A-Za-z0-9]", "_", name).upper() + "_PLUGIN_DIR"
     override = (os.environ if environ is None else environ).get(var)

@@ -56,3 +56,21 @@ def table_lines(records: list[dict], reference: str) -> list[str]:
     for table in cell_tables(records, reference):
         lines += text_table(table)
     return lines
+
+
+STEP_SUMMARY_VAR = "GITHUB_STEP_SUMMARY"
+
+
+def append_step_summary(summary_md, environ=None) -> bool:
+    """Append the run's summary.md to the file GitHub Actions names in $GITHUB_STEP_SUMMARY
+    (the job's summary page), when that variable is set; True when it was appended."""
+    import os
+    from pathlib import Path
+
+    target = (os.environ if environ is None else environ).get(STEP_SUMMARY_VAR)
+    source = Path(summary_md)
+    if not target or not source.is_file():
+        return False
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write(source.read_text(encoding="utf-8").rstrip("\n") + "\n\n")
+    return True

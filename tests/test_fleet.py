@@ -104,6 +104,38 @@ def test_a_rehearsal_on_remote_workers_brings_every_workspace_home_and_rescores_
     assert after == before
 
 
+def test_a_project_with_no_tasks_of_its_own_runs_the_shipped_library_on_remote_workers(tmp_path, claude_bin):
+    # The shipped library lies outside the project's rootdir: its node ids are relative to the
+    # library's tasks folder, and the workers must collect exactly those.
+    where = hosts(tmp_path, "A", "B")
+    project = tmp_path / "plugin-repo"
+    project.mkdir()
+    env = {"TMPDIR": str(where["hosttmp"])}
+    args = ["--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}", "--arms=baseline",
+            f"--ponybench-dir={project / 'runs'}", *QUIET, "-k", "csv_total or sql_lookup",
+            "-d", "--tx", f"popen//chdir={where['A']}", "--tx", f"popen//chdir={where['B']}",
+            "--ponybench-remote-workers"]
+    done = run(project, args, env, timeout=400)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "2 passed" in done.stdout, done.stdout[-3000:]
+    ran = results(only_run_dir(project))
+    assert sorted(r["cell"] for r in ran) == ["csv_total__baseline__haiku__0", "sql_lookup__baseline__haiku__0"]
+    assert all(r["passed"] for r in ran)
+
+
+def test_two_task_folders_on_remote_workers_are_refused_in_one_sentence(tmp_path):
+    where = hosts(tmp_path, "A")
+    root = write_project(tmp_path / "project", {"add": ADD_TASK})
+    (root / "arms" / "baseline.yaml").rename(root / "arms" / "mine.yaml")  # beside the shipped baseline
+    env = {**fake_env(root, write=GOOD_ADD), "TMPDIR": str(where["hosttmp"])}
+    done = run(root, bench_args(root, "--ponybench-library=add", "-d", "--tx", f"popen//chdir={where['A']}",
+                                "--ponybench-remote-workers"), env)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-3000:] + done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    assert "remote workers get one tasks folder and one arms folder" in said and "2 task folder(s)" in said
+    assert calls(root) == []
+
+
 # --------------------------------------------------------------------------- one budget, stand-in CLI
 
 COST = 0.25

@@ -1,0 +1,156 @@
+"""An arm made from a plugin folder (`--ponybench-plugin PATH`), with no YAML to write.
+
+The arm is named after the plugin (`name` in its manifest) and loads exactly that folder
+with `--plugin-dir`. Its proof texts, what rehearsal looks for in every request, are what
+its SessionStart hooks put in front of the model: the literal `additionalContext` text found
+in each hook's command, or in the script the command runs. A plugin whose hooks print nothing
+literal (a context built at run time) is proven by its skills' names, `<plugin>:<skill>`,
+which the CLI lists to the model in every session.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from .spec import NAME_RE, ArmSpec, SpecError
+
+MANIFESTS = (".claude-plugin/plugin.json", "plugin.json")
+# A JSON string value of "additionalContext", as written in a script or inside a shell-quoted
+# command, where its quotes may be escaped once (\") or not at all.
+CONTEXT_RE = re.compile(r'\\?"additionalContext\\?"\s*:\s*\\?"((?:[^"\\]|\\.)*?)\\?"')
+MIN_PROOF = 12  # shorter literal runs could appear in any arm's requests
+MAX_SCRIPT = 256 * 1024  # a hook script larger than this is not read for proof texts
+PLUGIN_PARTS = (".claude-plugin", "plugin.json", "hooks", "skills", "commands", "agents", "output-styles",
+                ".mcp.json", "bin", "scripts")
+PLUGIN_ROOT_VARS = ("${CLAUDE_PLUGIN_ROOT}", "$CLAUDE_PLUGIN_ROOT")
+
+
+def manifest(plugin: Path) -> dict:
+    for rel in MANIFESTS:
+        path = plugin / rel
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise SpecError(f"--ponybench-plugin {plugin}: {path} is not valid JSON: {exc}") from None
+            if not isinstance(data, dict):
+                raise SpecError(f"--ponybench-plugin {plugin}: {path} must hold a JSON object")
+            return data
+    raise SpecError(f"--ponybench-plugin {plugin}: not a Claude Code plugin (no .claude-plugin/plugin.json)")
+
+
+def plugin_name(plugin: Path) -> str:
+    name = manifest(plugin).get("name") or plugin.name
+    if not isinstance(name, str) or not NAME_RE.match(name) or "__" in name:
+        raise SpecError(f"--ponybench-plugin {plugin}: the plugin name {name!r} must be letters, digits, '.', "
+                        f"'-' or '_' without '__' to name an arm")
+    return name
+
+
+def _hook_commands(plugin: Path) -> list[str]:
+    """The command of every SessionStart hook, from hooks/hooks.json or the manifest's `hooks`."""
+    sources = []
+    hooks_file = plugin / "hooks" / "hooks.json"
+    if hooks_file.is_file():
+        try:
+            sources.append(json.loads(hooks_file.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            pass
+    inline = manifest(plugin).get("hooks")
+    if isinstance(inline, dict):
+        sources.append({"hooks": inline} if "hooks" not in inline else inline)
+    commands = []
+    for source in sources:
+        groups = (source.get("hooks") or {}).get("SessionStart") if isinstance(source, dict) else None
+        for group in groups if isinstance(groups, list) else []:
+            for hook in (group.get("hooks") or []) if isinstance(group, dict) else []:
+                if isinstance(hook, dict) and hook.get("type") == "command" and isinstance(hook.get("command"), str):
+                    commands.append(hook["command"])
+    return commands
+
+
+def _scripts(plugin: Path, command: str) -> list[Path]:
+    """Files of the plugin a hook command names (`${CLAUDE_PLUGIN_ROOT}/hooks/start.sh`)."""
+    for var in PLUGIN_ROOT_VARS:
+        command = command.replace(var, str(plugin))
+    found = []
+    for word in re.findall(r"""[^\s'"]+""", command):
+        path = Path(word) if word.startswith("/") else plugin / word
+        try:
+            if path.is_file() and plugin.resolve() in path.resolve().parents and path.stat().st_size <= MAX_SCRIPT:
+                found.append(path)
+        except OSError:
+            continue
+    return found
+
+
+def _literal_runs(value: str) -> list[str]:
+    """The parts of a context string that are fixed text: a `$VAR` or `$(...)` in it is only
+    known when the hook runs, so only the literal stretches around it can be looked for."""
+    text = value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+    parts = re.split(r"\$\{[^}]*\}|\$\([^)]*\)|\$\w+|\n", text)
+    return [p.strip() for p in parts if len(p.strip()) >= MIN_PROOF]
+
+
+def proof_texts(plugin: Path) -> list[str]:
+    """What the plugin's SessionStart hooks print, as literal text, longest stretch per hook."""
+    texts = []
+    for command in _hook_commands(plugin):
+        bodies = [command] + [p.read_text(encoding="utf-8", errors="replace") for p in _scripts(plugin, command)]
+        for body in bodies:
+            for match in CONTEXT_RE.finditer(body):
+                runs = _literal_runs(match.group(1))
+                if runs:
+                    texts.append(max(runs, key=len))
+    return list(dict.fromkeys(texts))
+
+
+def skill_names(plugin: Path, name: str) -> list[str]:
+    skills = plugin / "skills"
+    if not skills.is_dir():
+        return []
+    return [f"{name}:{d.name}" for d in sorted(skills.iterdir()) if (d / "SKILL.md").is_file()]
+
+
+def _content_hash(plugin: Path) -> str:
+    """Changes when any file of the plugin changes: a kept result of an older plugin is
+    never reused by a resume."""
+    digest = hashlib.sha256()
+    # What the CLI loads from a plugin; never its evals/, a runs/ folder or a node_modules/
+    # beside them, which change with every run or weigh hundreds of megabytes.
+    parts = [plugin / name for name in PLUGIN_PARTS]
+    files = [p for part in parts for p in ([part] if part.is_file() else sorted(part.rglob("*")) if part.is_dir() else [])]
+    for path in (p for p in files if p.is_file()):
+        digest.update(str(path.relative_to(plugin)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def plugin_arm(plugin: Path) -> ArmSpec:
+    """The arm of one plugin folder. Raises SpecError naming the folder when it is no plugin
+    or when nothing it sends the model could prove that it was loaded."""
+    plugin = Path(plugin).resolve()
+    name = plugin_name(plugin)
+    proof = proof_texts(plugin) or skill_names(plugin, name)
+    if not proof:
+        raise SpecError(f"--ponybench-plugin {plugin}: nothing could prove the plugin reached the model: its "
+                        f"SessionStart hooks print no literal additionalContext and it has no skills/*/SKILL.md")
+    return ArmSpec(name=name, path=None, plugin=str(plugin), proof=tuple(proof),
+                   description=f"plugin {name} from {plugin}", spec_hash=_content_hash(plugin))
+
+
+def plugin_arms(folders, yaml_arms: dict[str, ArmSpec]) -> dict[str, ArmSpec]:
+    """The arms of every --ponybench-plugin folder; a name taken by a YAML arm or another
+    plugin is an error naming both."""
+    arms: dict[str, ArmSpec] = {}
+    for folder in folders:
+        arm = plugin_arm(folder)
+        other = yaml_arms.get(arm.name) or arms.get(arm.name)
+        if other is not None:
+            where = other.path or other.plugin
+            raise SpecError(f"--ponybench-plugin {folder}: the arm name '{arm.name}' is taken by {where}; "
+                            f"rename the plugin or that arm")
+        arms[arm.name] = arm
+    return arms

@@ -1,0 +1,285 @@
+"""Import a plugin's `claude plugin eval` suite: its `evals/` cases become tasks.
+
+The format (Claude Code's plugin-evals documentation): `<plugin>/evals/` holds one folder per
+case (a folder without a case file groups cases); a case has `prompt.md` (optional YAML
+front matter, then the prompt) and/or `case.yaml` (`prompt`, or `execution.prompt`, `tags`,
+`graders`, and more). A grader is a `graders/<name>.md` file (its front matter; a regex
+grader's pattern may be the body) or an entry of the `graders:` list of case.yaml.
+
+Each case becomes a task named like its folder, run with the plugin's arm and the reference
+arm (baseline). Its deterministic graders (graders.py) are its `correct` check, run like any
+check: in a child process, with a time limit, over the workspace and the transcript. Its
+judged graders (`llm`, `baseline`) need a second model; they are never run, and never
+dropped either: each cell's record names them (`graders_not_run`), and the terminal and
+summary.md list them.
+
+What a case declares beyond the prompt and graders: `files:` in case.yaml ({path: content})
+and a `files/` folder in the case are written into the workspace before the agent starts.
+Keys this import does not use (run limits such as `max_turns`, `allowed_tools`, `env`) are
+listed in the task's description. A `ponybench:` block is this project's own: `rehearsal:
+{files: {path: content}, answer: text}` is what the scripted model writes and says in a
+rehearsal (default: the small file any task without references gets, and a one-line answer).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from . import graders as grading
+from .spec import NAME_RE, SpecError, TaskSpec, check_relative
+
+CASE_FILES = ("case.yaml", "prompt.md")
+USED_KEYS = {"prompt", "execution", "tags", "graders", "files", "ponybench", "name", "description"}
+FRONT_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)", re.S)
+# Keys that tune the CLI run: the harness runs every cell its own way (one timeout, the same
+# tools for every arm), so these are named in the description and nothing more.
+RUN_LIMITS = {"max_turns", "timeout_seconds", "allowed_tools", "model", "runs", "env", "schema_version", "arm"}
+SETUP_SCRIPTS = ("scaffold.sh", "setup.sh")
+MAX_FILES = 200  # files of one case's files/ folder
+CHECK_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class EvalCase:
+    task: TaskSpec
+    plugin_arm: str  # the arm of the plugin whose suite this is
+    graders: tuple[dict, ...]
+    not_run: tuple[str, ...]  # "name (kind)" of each judged grader
+    rehearsal_answer: str | None = None
+    ignored: tuple[str, ...] = ()
+
+    @property
+    def setup_not_run(self) -> tuple[str, ...]:
+        """What the case declares beyond files and run limits (a setup script, extra folders,
+        history): the agent starts without it, and the output says so."""
+        return tuple(k for k in self.ignored if k not in RUN_LIMITS)
+
+
+def front_matter(text: str, where: Path) -> tuple[dict, str]:
+    match = FRONT_RE.match(text)
+    if not match:
+        return {}, text
+    try:
+        data = yaml.safe_load(match.group(1)) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{where}: the front matter is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: the front matter must be a mapping of fields")
+    return data, text[match.end():]
+
+
+def find_cases(evals_dir: Path) -> list[Path]:
+    """Case folders under evals/, sorted; a folder with neither case file groups others."""
+    found = []
+    for child in sorted(p for p in Path(evals_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if child.name == "results":  # written by `claude plugin eval` runs
+            continue
+        if any((child / name).is_file() for name in CASE_FILES):
+            found.append(child)
+        else:
+            found.extend(find_cases(child))
+    return found
+
+
+def _grader_files(case: Path) -> list[dict]:
+    out = []
+    folder = case / "graders"
+    for path in sorted(folder.glob("*.md")) if folder.is_dir() else []:
+        data, body = front_matter(path.read_text(encoding="utf-8"), path)
+        grader = dict(data)
+        grader.setdefault("name", path.stem)
+        if grader.get("type") == "regex" and not grader.get("pattern") and body.strip():
+            grader["pattern"] = body.strip()
+        grader["_file"] = str(path)
+        out.append(grader)
+    return out
+
+
+def _case_files(case: Path, raw: dict, where: Path) -> dict[str, str]:
+    files = {}
+    folder = case / "files"
+    if folder.is_dir():
+        paths = sorted(p for p in folder.rglob("*") if p.is_file())
+        if len(paths) > MAX_FILES:
+            raise SpecError(f"{folder}: more than {MAX_FILES} files to seed")
+        for path in paths:
+            files[str(path.relative_to(folder))] = path.read_text(encoding="utf-8")
+    declared = raw.get("files") or {}
+    if not isinstance(declared, dict):
+        raise SpecError(f"{where}: field 'files': must map a workspace path to its content")
+    for rel, content in declared.items():
+        rel = check_relative(where, "files", rel)
+        if not isinstance(content, str):
+            raise SpecError(f"{where}: field 'files': content of '{rel}' must be a string")
+        files[rel] = content
+    return files
+
+
+def _rehearsal(raw: dict, where: Path) -> tuple[dict[str, str], str | None]:
+    block = raw.get("ponybench") or {}
+    rehearsal = block.get("rehearsal") if isinstance(block, dict) else None
+    if rehearsal is None:
+        return {}, None
+    if not isinstance(rehearsal, dict):
+        raise SpecError(f"{where}: field 'ponybench.rehearsal': must be a mapping with files and answer")
+    files = {}
+    for rel, content in (rehearsal.get("files") or {}).items():
+        files[check_relative(where, "ponybench.rehearsal.files", rel)] = str(content)
+    answer = rehearsal.get("answer")
+    return files, str(answer) if answer is not None else None
+
+
+def load_case(case: Path, plugin_arm: str) -> EvalCase:
+    """One case folder as a task. Raises SpecError naming the file and field at fault."""
+    case = Path(case)
+    name = case.name
+    where = case / "case.yaml" if (case / "case.yaml").is_file() else case / "prompt.md"
+    if not NAME_RE.match(name) or "__" in name:
+        raise SpecError(f"{case}: the case name '{name}' must be letters, digits, '.', '-' or '_' without '__'")
+    raw: dict = {}
+    if (case / "case.yaml").is_file():
+        try:
+            raw = yaml.safe_load((case / "case.yaml").read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{case / 'case.yaml'}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+        if not isinstance(raw, dict):
+            raise SpecError(f"{case / 'case.yaml'}: expected a mapping of fields at the top level")
+    front, body = ({}, "")
+    if (case / "prompt.md").is_file():
+        front, body = front_matter((case / "prompt.md").read_text(encoding="utf-8"), case / "prompt.md")
+    execution = raw.get("execution") if isinstance(raw.get("execution"), dict) else {}
+    prompt = body.strip() or raw.get("prompt") or execution.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SpecError(f"{where}: no prompt: write it in prompt.md or as 'prompt' in case.yaml")
+    graders = _grader_files(case)
+    listed = raw.get("graders") or []
+    if not isinstance(listed, list):
+        raise SpecError(f"{case / 'case.yaml'}: field 'graders': must be a list of graders")
+    for i, grader in enumerate(listed, 1):
+        if not isinstance(grader, dict):
+            raise SpecError(f"{case / 'case.yaml'}: field 'graders' entry {i}: must be a mapping with a type")
+        grader = dict(grader)
+        grader.setdefault("name", f"{grader.get('type', 'grader')}-{i}")
+        grader["_file"] = f"{case / 'case.yaml'} graders[{i}]"
+        graders.append(grader)
+    if not graders:
+        raise SpecError(f"{case}: the case has no grader (graders/*.md or 'graders' in case.yaml)")
+    for grader in graders:
+        try:
+            grading.validate(grader)
+        except grading.GraderError as exc:
+            raise SpecError(f"{grader['_file']}: grader '{grader['name']}': {exc}") from None
+    graders = [{k: v for k, v in g.items() if k != "_file"} for g in graders]
+    runnable = [g for g in graders if g["type"] in grading.DETERMINISTIC]
+    not_run = tuple(f"{g['name']} ({g['type']})" for g in graders if g["type"] in grading.JUDGED)
+    tags = [t for t in list(raw.get("tags") or []) + list(front.get("tags") or [])
+            if isinstance(t, str) and t.isidentifier()]
+    ignored = tuple(sorted((set(raw) - USED_KEYS) | (set(front) - {"tags"})
+                           | {name for name in SETUP_SCRIPTS if (case / name).is_file()}))
+    rehearsal_files, answer = _rehearsal(raw, where)
+    checks = {}
+    if runnable:
+        spec = json.dumps(runnable, sort_keys=True)
+        checks["correct"] = f"from pytest_ponybench.graders import assert_graders\nassert_graders({spec!r})\n"
+    description = f"claude plugin eval case {name}"
+    if not_run:
+        description += f"; not run (judged): {', '.join(not_run)}"
+    if ignored:
+        description += f"; not imported: {', '.join(ignored)}"
+    fingerprint = json.dumps({"prompt": prompt, "graders": graders, "raw": raw, "front": front}, sort_keys=True, default=str)
+    task = TaskSpec(
+        name=name, path=where, prompt=prompt.strip(), file=None, seed=_case_files(case, raw, where),
+        checks=checks, tags=tuple(dict.fromkeys(["plugin_eval", *tags])), check_timeout=CHECK_TIMEOUT,
+        rehearsal=rehearsal_files, description=description,
+        spec_hash=hashlib.sha256(fingerprint.encode()).hexdigest()[:12],
+        # No deterministic grader at all (only judged ones): the cell is scored as an open task.
+        open=not runnable,
+    )
+    return EvalCase(task=task, plugin_arm=plugin_arm, graders=tuple(graders), not_run=not_run,
+                    rehearsal_answer=answer, ignored=ignored)
+
+
+def load_suite(plugin: Path, plugin_arm: str) -> list[EvalCase]:
+    """Every case of a plugin's evals/ folder (none when it has no such folder)."""
+    evals = Path(plugin) / "evals"
+    if not evals.is_dir():
+        return []
+    return [load_case(case, plugin_arm) for case in find_cases(evals)]
+
+
+@dataclass(eq=False)  # a pytest plugin object must hash by identity
+class EvalSuites:
+    """The imported cases of a session, by task name, as a pytest plugin: it names each
+    cell's judged graders in its record, plays each case's rehearsal answer, and lists what
+    was not run at the end (terminal and summary.md)."""
+
+    cases: dict[str, EvalCase] = field(default_factory=dict)
+
+    def add(self, suite: list[EvalCase], taken: dict[str, Path]) -> None:
+        for case in suite:
+            other = taken.get(case.task.name) or (self.cases[case.task.name].task.path
+                                                   if case.task.name in self.cases else None)
+            if other is not None:
+                raise SpecError(f"eval case '{case.task.name}' ({case.task.path}) is named like {other}; "
+                                f"rename one of them")
+            self.cases[case.task.name] = case
+
+    def arms_for(self, task_name: str, reference: str) -> list[str] | None:
+        case = self.cases.get(task_name)
+        return None if case is None else [case.plugin_arm, reference]
+
+    def pytest_ponybench_cell_record(self, cell, record):
+        case = self.cases.get(cell.task.name)
+        if case is not None:
+            record["graders_not_run"] = ", ".join(case.not_run)
+
+    def pytest_ponybench_rehearsal_script(self, cell, script):
+        case = self.cases.get(cell.task.name)
+        if case is not None and case.rehearsal_answer is not None:
+            script.answer = case.rehearsal_answer
+
+    def not_run_lines(self) -> list[str]:
+        lines = []
+        for name, case in sorted(self.cases.items()):
+            if case.not_run:
+                lines.append(f"{name}: judged graders not run (they need a second model): {', '.join(case.not_run)}")
+            if case.setup_not_run:
+                lines.append(f"{name}: not imported, the agent starts without it: {', '.join(case.setup_not_run)}")
+        return lines
+
+    def pytest_terminal_summary(self, terminalreporter):
+        lines = self.not_run_lines()
+        if lines:
+            terminalreporter.write_sep("-", "claude plugin eval: not run here")
+            for line in lines:
+                terminalreporter.write_line(line, yellow=True)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session):
+        """After the controller wrote summary.md: append the graders that were not run."""
+        from .plugin import STATE
+
+        state = session.config.stash.get(STATE, None)
+        run_dir = getattr(state, "run_dir", None)
+        text = self.markdown()
+        if hasattr(session.config, "workerinput") or run_dir is None or not text:
+            return
+        path = run_dir.path / "summary.md"
+        if path.is_file():
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+
+    def markdown(self) -> str:
+        lines = self.not_run_lines()
+        if not lines:
+            return ""
+        return "\n## Graders not run\n\nJudged graders of the imported `claude plugin eval` cases need a " \
+               "second model: they are listed here, never counted as passed. A case's setup this import " \
+               "cannot reproduce is listed too:\n\n" + \
+               "".join(f"- {line}\n" for line in lines)

@@ -1,0 +1,295 @@
+"""`claude plugin eval` suites imported as tasks (plugin_evals.py, graders.py), and arms made
+from plugin folders (plugin_arm.py).
+
+The suites here are written in that format: one folder per case under the plugin's evals/,
+prompt.md and/or case.yaml, graders as graders/<name>.md files or case.yaml entries. The last
+test runs a suite in rehearsal through the real CLI: one case where every deterministic
+grader kind passes, and one case per kind where exactly that grader fails.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pytest_ponybench import graders, plugin_arm, plugin_evals
+from pytest_ponybench.spec import SpecError
+from support.benchproc import QUIET, results, run
+
+REPO = Path(__file__).resolve().parents[1]
+HOOK_TEXT = "tidy-plugin is on: keep every function under twenty lines."
+
+
+def write_plugin(root: Path, name: str = "tidy-plugin", hook: str = "script", skills=("tidy",)) -> Path:
+    """A plugin folder: a manifest, a SessionStart hook (its text in a script, inline in the
+    command, or none), and skills."""
+    (root / ".claude-plugin").mkdir(parents=True, exist_ok=True)
+    (root / ".claude-plugin" / "plugin.json").write_text(json.dumps({"name": name, "version": "0.1.0"}))
+    context = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": HOOK_TEXT}})
+    if hook == "script":
+        (root / "hooks").mkdir(exist_ok=True)
+        (root / "hooks" / "start.sh").write_text(f"#!/bin/sh\ncat <<'JSON'\n{context}\nJSON\n")
+        command = "sh ${CLAUDE_PLUGIN_ROOT}/hooks/start.sh"
+    elif hook == "inline":
+        command = f"printf '%s\\n' '{context}'"
+    else:
+        command = None
+    if command:
+        (root / "hooks").mkdir(exist_ok=True)
+        (root / "hooks" / "hooks.json").write_text(json.dumps(
+            {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": command}]}]}}))
+    for skill in skills:
+        (root / "skills" / skill).mkdir(parents=True, exist_ok=True)
+        (root / "skills" / skill / "SKILL.md").write_text(f"---\nname: {skill}\ndescription: d\n---\nBe {skill}.\n")
+    return root
+
+
+def write_case(evals: Path, name: str, prompt: str | None = "Write the note.", case: dict | None = None,
+               grader_files: dict[str, dict | str] | None = None) -> Path:
+    folder = evals / name
+    (folder / "graders").mkdir(parents=True, exist_ok=True)
+    if prompt is not None:
+        (folder / "prompt.md").write_text(f"---\nmax_turns: 5\n---\n{prompt}\n")
+    if case is not None:
+        (folder / "case.yaml").write_text(yaml.safe_dump(case, sort_keys=False))
+    for gname, grader in (grader_files or {}).items():
+        if isinstance(grader, str):
+            (folder / "graders" / f"{gname}.md").write_text(grader)
+        else:
+            (folder / "graders" / f"{gname}.md").write_text(f"---\n{yaml.safe_dump(grader)}---\n")
+    return folder
+
+
+# --------------------------------------------------------------------------- plugin arms
+
+
+@pytest.mark.parametrize("hook", ["script", "inline"])
+def test_a_plugin_arm_is_proven_by_what_its_session_start_hook_prints(tmp_path, hook):
+    arm = plugin_arm.plugin_arm(write_plugin(tmp_path / "p", hook=hook))
+    assert arm.name == "tidy-plugin" and arm.kind == "plugin" and arm.plugin == str((tmp_path / "p").resolve())
+    assert arm.proof == (HOOK_TEXT,)
+
+
+def test_a_plugin_whose_hook_prints_nothing_literal_is_proven_by_its_skill_names(tmp_path):
+    plugin = write_plugin(tmp_path / "p", hook="none", skills=("tidy", "short"))
+    assert plugin_arm.plugin_arm(plugin).proof == ("tidy-plugin:short", "tidy-plugin:tidy")
+    # A context built at run time: only its literal stretches can be looked for.
+    (plugin / "hooks").mkdir()
+    (plugin / "hooks" / "hooks.json").write_text(json.dumps({"hooks": {"SessionStart": [{"hooks": [
+        {"type": "command", "command": "echo '{\"additionalContext\": \"branch $BRANCH is the one you are working on\"}'"}]}]}}))
+    assert plugin_arm.plugin_arm(plugin).proof == ("is the one you are working on",)
+
+
+def test_a_plugin_with_nothing_to_prove_it_and_a_folder_that_is_no_plugin_are_refused(tmp_path):
+    with pytest.raises(SpecError, match="nothing could prove"):
+        plugin_arm.plugin_arm(write_plugin(tmp_path / "p", hook="none", skills=()))
+    with pytest.raises(SpecError, match=r"not a Claude Code plugin \(no .claude-plugin/plugin.json\)"):
+        plugin_arm.plugin_arm(tmp_path)
+
+
+def test_the_shipped_small_diff_plugin_yields_the_proof_its_yaml_arm_declares():
+    arm = plugin_arm.plugin_arm(REPO / "arms" / "plugins" / "small-diff")
+    declared = yaml.safe_load((REPO / "arms" / "small-diff.yaml").read_text())["proof"]
+    assert all(any(text in found for found in arm.proof) for text in declared), arm.proof
+
+
+def test_ponybench_plugin_naming_no_plugin_is_an_option_error(tmp_path):
+    done = run(tmp_path, ["--ponybench", f"--ponybench-plugin={tmp_path}", *QUIET])
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert f"--ponybench-plugin: {tmp_path} is not a Claude Code plugin: it has no .claude-plugin/plugin.json" \
+        in done.stderr
+
+
+# --------------------------------------------------------------------------- graders, unit
+
+
+def transcript(path: Path, workspace: Path, calls: list[tuple[str, dict]], answer: str) -> Path:
+    lines = [{"type": "system", "subtype": "init", "cwd": str(workspace)}]
+    for i, (name, data) in enumerate(calls):
+        lines.append({"type": "assistant", "message": {"id": f"m{i}", "content": [
+            {"type": "tool_use", "id": f"t{i}", "name": name, "input": data}]}})
+    lines.append({"type": "assistant", "message": {"id": "last", "content": [{"type": "text", "text": answer}]}})
+    lines.append({"type": "result", "result": answer})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture
+def evidence(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "slug.py").write_text("def slugify(s):\n    return s.lower()\n")
+    (ws / "seeded.txt").write_text("seeded\n")
+    calls = [("Read", {"file_path": str(ws / "seeded.txt")}),
+             ("Write", {"file_path": str(ws / "src" / "slug.py"), "content": "..."}),
+             ("Write", {"file_path": str(ws / "gone.py"), "content": "..."})]
+    return graders.evidence(ws, transcript(tmp_path / "t.jsonl", ws, calls, "Slugify is DONE."))
+
+
+@pytest.mark.parametrize("grader, passes", [
+    ({"type": "regex", "pattern": "done", "flags": "i"}, True),
+    ({"type": "regex", "pattern": "done"}, False),
+    ({"type": "regex", "pattern": "(?<verb>Slug)ify"}, True),  # a JavaScript named group
+    ({"type": "regex", "pattern": "DONE", "match": "not_contains"}, False),
+    ({"type": "regex", "pattern": '"name": "Write"', "match": "count:2", "target": "trace"}, True),
+    ({"type": "regex", "pattern": '"name": "Write"', "match": "count:3", "target": "trace"}, False),
+    ({"type": "regex", "pattern": r"^def slugify", "flags": "m", "target": {"source": "file", "path": "src/slug.py"}}, True),
+    ({"type": "regex", "pattern": "x", "target": {"source": "file", "path": "absent.py"}}, False),
+    ({"type": "regex", "pattern": "seeded", "target": "files"}, True),
+    ({"type": "tool_used", "tool": "Write"}, True),
+    ({"type": "tool_used", "tool": "Write", "max": 1}, False),
+    ({"type": "tool_used", "tool": "Write", "input_match": r"slug\.py", "min": 1, "max": 1}, True),
+    ({"type": "tool_used", "tool": "Edit", "min": 0, "max": 0}, True),
+    ({"type": "tool_order", "before": "Read", "after": "Write"}, True),
+    ({"type": "tool_order", "before": {"tool": "Write", "input_match": "gone"},
+      "after": {"tool": "Write", "input_match": "slug"}}, False),
+    ({"type": "tool_order", "before": "Read", "after": "Edit"}, False),  # never happened
+    ({"type": "file_exists", "path": "src/*.py"}, True),
+    ({"type": "file_exists", "path": "gone.py"}, False),  # written, but no longer there
+    ({"type": "file_exists", "path": "seeded.txt"}, False),  # there, but not the agent's
+    ({"type": "file_exists", "path": "*.exe", "exists": False}, True),
+    ({"type": "file_exists", "path": "src/slug.py", "exists": False}, False),
+])
+def test_each_deterministic_grader_passes_and_fails_where_it_should(evidence, grader, passes):
+    graders.validate(grader)
+    ok, reason = graders.grade(grader, evidence)
+    assert ok is passes, reason
+    assert reason
+
+
+@pytest.mark.parametrize("grader, problem", [
+    ({"type": "rubric"}, "type 'rubric' is not a grader kind"),
+    ({"type": "regex"}, "a regex grader needs a 'pattern'"),
+    ({"type": "regex", "pattern": "("}, "is not a valid regular expression"),
+    ({"type": "regex", "pattern": "x", "match": "some"}, "must be contains, not_contains or count:N"),
+    ({"type": "regex", "pattern": "x", "target": "diff"}, "target 'diff' must be"),
+    ({"type": "tool_used"}, "needs a 'tool'"),
+    ({"type": "tool_used", "tool": "Bash", "max": -1}, "'max' must be a whole number"),
+    ({"type": "tool_order", "before": "Read"}, "'after' must be a tool name"),
+    ({"type": "file_exists"}, "needs a 'path'"),
+])
+def test_a_malformed_grader_is_refused_with_what_is_wrong(grader, problem):
+    with pytest.raises(graders.GraderError, match=problem):
+        graders.validate(grader)
+
+
+# --------------------------------------------------------------------------- importing a suite
+
+
+def test_a_case_becomes_a_task_named_like_its_folder_with_its_setup_and_judged_graders_listed(tmp_path):
+    evals = tmp_path / "evals"
+    folder = write_case(evals / "group", "slug-case", prompt="Write slugify in src/slug.py.",
+                        case={"files": {"src/__init__.py": ""}, "tags": ["slugs", "not an identifier"],
+                              "graders": [{"type": "llm", "name": "quality"}, {"type": "tool_used", "tool": "Write"}]},
+                        grader_files={"pattern-in-body": "---\ntype: regex\ntarget: {source: file, path: src/slug.py}\n---\ndef slugify\n",
+                                      "against-reference": {"type": "baseline", "baseline_file": "ref.jsonl"}})
+    (folder / "files" / "docs").mkdir(parents=True)
+    (folder / "files" / "docs" / "README.md").write_text("# slugs\n")
+    (case,) = plugin_evals.load_suite(tmp_path, "tidy-plugin")
+    task = case.task
+    assert task.name == "slug-case" and task.prompt == "Write slugify in src/slug.py."
+    assert task.seed == {"docs/README.md": "# slugs\n", "src/__init__.py": ""}
+    assert task.tags == ("plugin_eval", "slugs") and task.kind == "surgical" and not task.gated
+    assert case.not_run == ("against-reference (baseline)", "quality (llm)")
+    assert "not run (judged): against-reference (baseline), quality (llm)" in task.description
+    assert "not imported: max_turns" in task.description and case.setup_not_run == ()
+    (folder / "scaffold.sh").write_text("git init\n")
+    (folder / "case.yaml").write_text(yaml.safe_dump({**yaml.safe_load((folder / "case.yaml").read_text()),
+                                                     "context": {"add_dirs": ["../shared"]}}))
+    (case,) = plugin_evals.load_suite(tmp_path, "tidy-plugin")
+    assert case.setup_not_run == ("context", "scaffold.sh")
+    suites = plugin_evals.EvalSuites()
+    suites.add([case], {})
+    assert "slug-case: not imported, the agent starts without it: context, scaffold.sh" in suites.not_run_lines()
+    runnable = json.loads(task.checks["correct"].split("assert_graders(", 1)[1].rsplit(")", 1)[0].strip("'"))
+    assert [(g["name"], g["type"]) for g in runnable] == [("pattern-in-body", "regex"), ("tool_used-2", "tool_used")]
+    assert runnable[0]["pattern"] == "def slugify"
+
+
+@pytest.mark.parametrize("setup, problem", [
+    (lambda e: write_case(e, "no-grader"), r"no-grader: the case has no grader"),
+    (lambda e: write_case(e, "bad", grader_files={"g": {"type": "regex", "pattern": "("}}),
+     r"graders/g.md: grader 'g': pattern '\(' is not a valid regular expression"),
+    (lambda e: write_case(e, "bad", prompt=None, case={"graders": [{"type": "tool_used", "tool": "Read"}]}),
+     r"case.yaml: no prompt: write it in prompt.md or as 'prompt' in case.yaml"),
+    (lambda e: write_case(e, "two__parts", grader_files={"g": {"type": "tool_used", "tool": "Read"}}),
+     r"the case name 'two__parts' must be"),
+    (lambda e: write_case(e, "bad", case={"graders": [{"type": "judge"}]}),
+     r"case.yaml graders\[1\]: grader 'judge-1': type 'judge' is not a grader kind"),
+])
+def test_a_broken_case_names_its_file_and_what_to_fix(tmp_path, setup, problem):
+    setup(tmp_path / "evals")
+    with pytest.raises(SpecError, match=problem):
+        plugin_evals.load_suite(tmp_path, "p")
+
+
+# --------------------------------------------------------------------------- a suite in rehearsal
+
+SEED = {"notes/old.txt": "old\n"}
+# What the scripted model does in every case: it reads and rewrites the seeded notes/old.txt,
+# then writes note.txt, then answers. Tool calls in order: Read, Write old.txt, Write note.txt.
+REHEARSAL = {"files": {"notes/old.txt": "rewritten\n", "note.txt": "hello from the note\n"},
+             "answer": "I wrote the note and tidied the old one."}
+PASSING = {
+    "answer-says-note": {"type": "regex", "pattern": "wrote the NOTE", "flags": "i"},
+    "trace-has-two-writes": {"type": "regex", "pattern": '"name":"Write"', "match": "count:2", "target": "trace"},
+    "file-content": {"type": "regex", "pattern": "^hello", "target": {"source": "file", "path": "note.txt"}},
+    "no-secret-anywhere": {"type": "regex", "pattern": "SECRET", "match": "not_contains", "target": "files"},
+    "two-writes": {"type": "tool_used", "tool": "Write", "min": 2, "max": 2},
+    "no-edit": {"type": "tool_used", "tool": "Edit", "min": 0, "max": 0},
+    "read-before-write": {"type": "tool_order", "before": "Read", "after": {"tool": "Write", "input_match": "note\\.txt"}},
+    "note-written": {"type": "file_exists", "path": "*.txt"},
+    "no-binary": {"type": "file_exists", "path": "*.exe", "exists": False},
+}
+JUDGED = {"tone": {"type": "llm", "focus": "last_message"}, "like-reference": {"type": "baseline"}}
+# One case per kind, where exactly that grader fails and the others of the case pass.
+FAILING = {
+    "fails-regex": {"type": "regex", "pattern": "I ran the tests"},
+    "fails-tool-used": {"type": "tool_used", "tool": "Write", "max": 1},
+    "fails-tool-order": {"type": "tool_order", "before": {"tool": "Write", "input_match": "note\\.txt"}, "after": "Read"},
+    "fails-file-exists": {"type": "file_exists", "path": "missing.txt"},
+}
+
+
+def write_suite(plugin: Path) -> None:
+    evals = plugin / "evals"
+    write_case(evals, "every-kind", prompt="Write a note into note.txt and tidy notes/old.txt.",
+               case={"files": SEED, "ponybench": {"rehearsal": REHEARSAL}},
+               grader_files={**PASSING, **JUDGED})
+    for name, grader in FAILING.items():
+        write_case(evals, name, prompt=f"Case {name}.",
+                   case={"files": SEED, "ponybench": {"rehearsal": REHEARSAL},
+                         "graders": [PASSING["note-written"], {**grader, "name": name}]})
+
+
+def test_an_imported_suite_runs_in_rehearsal_each_grader_kind_passing_and_failing(tmp_path, claude_bin):
+    plugin = write_plugin(tmp_path / "tidy")
+    write_suite(plugin)
+    runs = tmp_path / "runs"
+    done = run(plugin, ["--ponybench", "--ponybench-rehearse", f"--ponybench-plugin={plugin}", "-m", "plugin_eval",
+                        f"--ponybench-claude={claude_bin}", f"--ponybench-dir={runs}", "-n", "2", *QUIET], timeout=600)
+    (run_dir,) = [d for d in runs.iterdir() if d.is_dir()]
+    found = {r["cell"]: r for r in results(run_dir)}
+    cases = ["every-kind", *FAILING]
+    # Cases keep their names and run with the plugin's arm and baseline only.
+    assert sorted(found) == sorted(f"{c}__{arm}__haiku__0" for c in cases for arm in ("baseline", "tidy-plugin"))
+    for arm in ("baseline", "tidy-plugin"):
+        every = found[f"every-kind__{arm}__haiku__0"]
+        assert every["passed"] and every["status"] == "finished", every["failure"]
+        assert every["graders_not_run"] == "like-reference (baseline), tone (llm)"
+        for name in FAILING:
+            record = found[f"{name}__{arm}__haiku__0"]
+            assert not record["passed"] and record["status"] == "finished"
+            # Exactly the grader of that kind failed, named, with why.
+            assert record["failure"].startswith(f"incorrect: 1 of 2 graders failed: grader {name} ("), record["failure"]
+            assert record["graders_not_run"] == ""
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED
+    assert "arm tidy-plugin: proven" in done.stdout and "arm baseline: proven" in done.stdout
+    # Judged graders: listed as not run in the output and the report, never dropped.
+    assert "every-kind: judged graders not run (they need a second model): like-reference (baseline), tone (llm)" \
+        in done.stdout
+    report = (run_dir / "summary.md").read_text()
+    assert "## Graders not run" in report and "like-reference (baseline), tone (llm)" in report
+    assert "finished" not in "".join(line for line in done.stdout.splitlines() if line.startswith("ponybench: "))
