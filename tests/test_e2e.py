@@ -13,33 +13,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.ponyproject import DOUBLE_TASK
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = REPO / "tests" / "plugins"
 
-TASK = """\
-description: double a number
-tags: [demo]
-file: calc.py
-prompt: Implement double(x) in calc.py.
-seed:
-  calc.py: |
-    def double(x):
-        raise NotImplementedError
-checks:
-  correct: |
-    double = find_function(load(FILE), "double")
-    for x in (2, 5, -1):
-        assert double(x) == 2 * x, f"double({x}) gave {double(x)!r}"
-refs:
-  axis: correct
-  good: |
-    def double(x):
-        return 2 * x
-  bad: |
-    def double(x):
-        return x + 2 if x != 2 else 4
-"""
+TASK = DOUBLE_TASK
 # A check that only tries 2 cannot catch the bad reference (which gets 2 right).
 BROKEN_INSTRUMENT_TASK = TASK.replace("for x in (2, 5, -1):", "for x in (2,):")
 

@@ -13,32 +13,12 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from tests.support.ponyproject import QUIET, only_run_dir, results, run_pytest, summary
+from support.ponyproject import DOUBLE_TASK, QUIET, only_run_dir, results, run_pytest, summary
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = REPO / "tests" / "plugins"
 
-TASK = """\
-description: double a number
-file: calc.py
-prompt: Implement double(x) in calc.py.
-seed:
-  calc.py: |
-    def double(x):
-        raise NotImplementedError
-checks:
-  correct: |
-    double = find_function(load(FILE), "double")
-    assert double(5) == 10, f"double(5) gave {double(5)!r}"
-refs:
-  axis: correct
-  good: |
-    def double(x):
-        return 2 * x
-  bad: |
-    def double(x):
-        return x + 2
-"""
+TASK = DOUBLE_TASK  # the fault tests append rehearsal_fault to it
 
 
 def write_project(root: Path, tasks: dict[str, str], arms: dict[str, str], ini: str = "",

@@ -19,6 +19,31 @@ FAKE = REPO / "tests" / "fakes" / "fake_claude.py"
 # Plugins of this machine that only slow a subprocess pytest down; absent ones are ignored.
 QUIET = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark"]
 
+# A task of the real-CLI tests: the scripted model writes its good or bad reference.
+DOUBLE_TASK = """\
+description: double a number
+tags: [demo]
+file: calc.py
+prompt: Implement double(x) in calc.py.
+seed:
+  calc.py: |
+    def double(x):
+        raise NotImplementedError
+checks:
+  correct: |
+    double = find_function(load(FILE), "double")
+    for x in (2, 5, -1):
+        assert double(x) == 2 * x, f"double({x}) gave {double(x)!r}"
+refs:
+  axis: correct
+  good: |
+    def double(x):
+        return 2 * x
+  bad: |
+    def double(x):
+        return x + 2 if x != 2 else 4
+"""
+
 ADD_TASK = {
     "description": "add two numbers",
     "tags": ["mathy"],
