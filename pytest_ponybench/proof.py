@@ -69,7 +69,7 @@ def prove_by_hooks(arm_name: str, plugin_dir: str | None, proofs: list[str], hoo
         for hook in own:
             if failed(hook):
                 stderr = " ".join(str(hook.get("stderr") or "").split())[:STDERR_EXCERPT] or "(no stderr)"
-                return (f"the hook {hook.get('hook_name') or hook.get('hook_event')} of arm '{arm_name}''s plugin "
+                return (f"the hook {hook.get('hook_name') or hook.get('hook_event')} of the plugin of arm '{arm_name}' "
                         f"failed (exit code {hook.get('exit_code')}, outcome {hook.get('outcome')}), so the arm "
                         f"was not applied: {stderr}")
         skills = plugin_markers(plugin_dir)
@@ -84,7 +84,7 @@ def prove_by_hooks(arm_name: str, plugin_dir: str | None, proofs: list[str], hoo
                         f"hooks ({ran}): the plugin never printed it")
         missing = [s for s in skills if s not in init_skills]
         if missing:
-            return (f"the skill {missing[0]} of arm '{arm_name}''s plugin is not among the skills the CLI "
+            return (f"the skill {missing[0]} of the plugin of arm '{arm_name}' is not among the skills the CLI "
                     f"loaded (the init line's `skills`)")
     for hook in hooks:
         text = hook_text(hook)
