@@ -27,6 +27,7 @@ while anyone may still signal it.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import select
@@ -566,6 +567,10 @@ def serve(sock_fd: int) -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)  # escapees of a supervisor killed before its sweep land here
     for module in WARM_MODULES:
         __import__(module)
+    # Every fork would otherwise copy the pages the collector touches in its first pass over
+    # these long-lived objects: keep them out of its sight.
+    gc.collect()
+    gc.freeze()
     supervisors: set[int] = set()
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
