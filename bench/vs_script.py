@@ -275,6 +275,10 @@ def main() -> None:
     become_subreaper()
     print(f"plugin {args.plugin_root.resolve()} ({args.plugin_mode}); {os.cpu_count()} cores; "
           f"load {os.getloadavg()[0]:.1f}")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        # Every Python process of both sides then compiles its modules (and pytest rewrites the
+        # plugin's) from source: about 0.5 s more per pytest process than on a usual machine.
+        print("note: PYTHONDONTWRITEBYTECODE is set; unset it to measure what a user's machine does")
     what = {"run": run_matrix, "rescore": rescore, "collect": collect}[args.what]
     if args.workdir is not None:  # kept: a rescore can reuse its runs
         args.workdir.mkdir(parents=True, exist_ok=True)
