@@ -68,9 +68,9 @@ def find_claude(explicit: str | None, rootdir: Path) -> str:
     if pinned.exists():
         return str(pinned)
     raise CliMissing(
-        "the claude CLI was not found on PATH nor at node_modules/.bin/claude: "
-        "run `npm ci` (pinned version) or `npm install -g @anthropic-ai/claude-code`, "
-        "or pass --ponybench-claude PATH"
+        "the claude CLI was not found on PATH nor at node_modules/.bin/claude: run `npm ci` in a "
+        "clone of pytest-ponybench (its package.json pins the CLI), `npm install @anthropic-ai/claude-code` "
+        "in this project (where pytest's rootdir is), or pass --ponybench-claude PATH"
     )
 
 

@@ -373,6 +373,20 @@ def test_find_claude_missing_is_one_clear_error(tmp_path):
         agent.find_claude("/nonexistent/claude", tmp_path)
 
 
+def test_no_cli_anywhere_says_how_to_install_one_where_it_will_be_found(tmp_path, monkeypatch):
+    # A plugin's repository has no package.json of ours: `npm ci` alone would not help there.
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(agent.CliMissing) as caught:
+        agent.find_claude(None, tmp_path)
+    said = str(caught.value)
+    assert "`npm install @anthropic-ai/claude-code` in this project" in said and "--ponybench-claude" in said
+    # What that command makes is what the next session finds.
+    pinned = tmp_path / "node_modules" / ".bin" / "claude"
+    pinned.parent.mkdir(parents=True)
+    pinned.write_text("#!/bin/sh\n")
+    assert agent.find_claude(None, tmp_path) == str(pinned)
+
+
 def test_find_claude_and_its_version_with_the_stand_in(tmp_path):
     found = agent.find_claude(str(FAKE), tmp_path)
     assert found == str(FAKE.resolve())
