@@ -58,11 +58,10 @@ from pathlib import Path
 from pytest_ponybench.controller import Gathering
 from pytest_ponybench.rundir import RunDir
 run_dir = RunDir(Path({run_dir!r}))
-session = Gathering(run_dir, mode="rescore")
-for line in run_dir.results_path.read_text().splitlines():
-    session.records.append(json.loads(line))
+session = Gathering(run_dir)  # reads the records back from results.jsonl when they are needed
+every = session.all_records()
 '''
-FINISH = 'session.finish({"haiku": "claude-haiku-4-5"}, "bench", rehearsal=True, reference="baseline")\n'
+FINISH = 'session.finish({"haiku": "claude-haiku-4-5"}, "bench", rehearsal=True, reference="baseline", plots=False)\n'
 
 
 def measure(root: Path, body: str) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from . import agent, fleet, instruments, library, progress, record as records, summary, tables
-from .rundir import NotARunDir, RunDir, cost_history, usd, write_atomic
+from .rundir import NotARunDir, RunDir, cost_history, read_jsonl, usd, write_atomic
 from .spec import SpecError, load_task
 
 BUDGET_REACHED = "budget reached"
@@ -29,12 +29,17 @@ class Gathering:
 
     A resume or rescore writes beside the old results (`results.jsonl.resume`/`.rescore`) and
     merges at the end: interrupted, it loses nothing, and every workspace keeps its own result
-    anyway. `mode` is "run", "resume" or "rescore"."""
+    anyway. `mode` is "run", "resume" or "rescore".
+
+    Only the cells' names stay in memory while cells run: the records are read back from the
+    results file when the summary and the reports need them, so the controller does not grow
+    with the run."""
 
     def __init__(self, run_dir: RunDir, mode: str = "run"):
         self.run_dir = run_dir
         self.mode = mode
-        self.records: list[dict] = []
+        self.cells: set[str] = set()  # the cells this session reported
+        self.merged = False  # a resume's or rescore's results are merged into results.jsonl
         self.budget_skipped = 0
         self.results_path = run_dir.results_path if mode == "run" else \
             run_dir.results_path.with_name(f"{run_dir.results_path.name}.{mode}")
@@ -43,7 +48,7 @@ class Gathering:
         self.started = datetime.datetime.now().isoformat(timespec="seconds")
 
     def add(self, record: dict) -> None:
-        self.records.append(record)
+        self.cells.add(record["cell"])
         line = json.dumps(record, sort_keys=True) + "\n"
         # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -58,10 +63,10 @@ class Gathering:
     def all_records(self) -> list[dict]:
         """This session's records, plus earlier ones of cells it did not report (a resume or
         rescore narrowed with -k keeps the rest of the run)."""
-        if self.mode == "run":
-            return list(self.records)
-        mine = {r["cell"] for r in self.records}
-        return [r for r in self.run_dir.read_results() if r.get("cell") not in mine] + self.records
+        if self.mode == "run" or self.merged:
+            return self.run_dir.read_results()
+        mine = read_jsonl(self.results_path)
+        return [r for r in self.run_dir.read_results() if r.get("cell") not in self.cells] + mine
 
     def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool,
                reference: str, plots: bool = True) -> list:
@@ -70,6 +75,7 @@ class Gathering:
         if self.mode != "run":
             write_atomic(self.run_dir.results_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in every))
             self.results_path.unlink(missing_ok=True)
+            self.merged = True
         versions = sorted({r.get("claude_version") for r in every if r.get("claude_version")})
         data = {
             "date": self.started,
@@ -344,7 +350,7 @@ class Controller:
         for line in summary.table_lines(every, state.settings.reference):
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"
-        tr.write_line(f"{verb} {len(self.gathering.records)} cells; kept in {state.run_dir.path}")
+        tr.write_line(f"{verb} {len(self.gathering.cells)} cells; kept in {state.run_dir.path}")
         if self.written:
             tr.write_line("wrote " + ", ".join(p.name for p in self.written))
         if self.gathering.budget_skipped:

@@ -103,3 +103,38 @@ def test_every_output_counts_the_same_cells(run_dir):
 
 def pp_records(run_dir: RunDir) -> list[dict]:
     return run_dir.read_results()
+
+
+def test_the_controller_keeps_names_not_records_while_cells_run(tmp_path):
+    # 2,000 records of about 2 kB each: kept in memory they would take several MB; the
+    # controller keeps their names and reads the records back from results.jsonl.
+    import tracemalloc
+
+    run = RunDir.create(tmp_path / "runs")
+    gathering = Gathering(run)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(2000):
+            gathering.add({"cell": f"t{i}__baseline__haiku__0", "task": f"t{i}", "arm": "baseline",
+                           "model": "haiku", "status": "finished", "error": f"{i}:" + "x" * 2000})
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 1_000_000, f"the controller grew by {grown} bytes for 2,000 records"
+    every = gathering.all_records()
+    assert len(every) == 2000 and every[-1]["error"] == "1999:" + "x" * 2000
+
+
+def test_a_rescore_reads_back_its_own_and_the_earlier_records_before_and_after_the_merge(tmp_path):
+    run = RunDir.create(tmp_path / "runs")
+    first = Gathering(run)
+    for cell in ("a__baseline__haiku__0", "b__baseline__haiku__0"):
+        first.add({"cell": cell, "model": "haiku", "status": "finished", "note": "first"})
+    again = Gathering(run, mode="rescore")
+    again.add({"cell": "b__baseline__haiku__0", "model": "haiku", "status": "finished", "note": "again"})
+    expected = [("a__baseline__haiku__0", "first"), ("b__baseline__haiku__0", "again")]
+    assert [(r["cell"], r["note"]) for r in again.all_records()] == expected
+    again.finish({}, "2.1.328", rehearsal=False, reference="baseline")
+    assert [(r["cell"], r["note"]) for r in again.all_records()] == expected  # the terminal summary's view
+    assert [(r["cell"], r["note"]) for r in run.read_results()] == expected
