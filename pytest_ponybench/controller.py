@@ -283,7 +283,8 @@ class Controller:
     def make_progress(self, total: int) -> progress.ProgressPrinter:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         tty = bool(reporter is not None and getattr(reporter, "isatty", False))
-        count = progress.Progress(total=total, rehearsal=self.state.settings.rehearse)
+        count = progress.Progress(total=total, rehearsal=self.state.settings.rehearse,
+                                  spent=self.state.run_dir.spent)
         # A rewritten line must fit the terminal: a wrapped one cannot be rewritten in place.
         rewrite = (lambda line: reporter.rewrite(line[:max(reporter._tw.fullwidth - 1, 20)], erase=True)) if tty else None
         return progress.ProgressPrinter(count, self.write_plain if tty else self.write, rewrite, tty)
@@ -308,12 +309,12 @@ class Controller:
         if report.when == "call" and "cell" in props:
             self.gathering.add(props)
             if self.progress is not None:
-                self.progress.progress.add(props, self.state.run_dir.spent())
+                self.progress.progress.add(props)
                 self.progress.update()
         elif report.skipped and BUDGET_REACHED in str(report.longrepr):
             self.gathering.budget_skipped += 1
             if self.progress is not None:
-                self.progress.progress.skip(self.state.run_dir.spent())
+                self.progress.progress.skip()
                 self.progress.update()
 
     # ---------------------------------------------------------------- the end

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from . import record as records
 from .rundir import usd
@@ -52,26 +53,26 @@ class Progress:
     failed: int = 0
     infra: int = 0
     skipped: int = 0
-    spent: float = 0.0
+    # What the run has spent, asked for only when a line is made: reading the spend ledger
+    # on every report would cost the controller a pass over the whole ledger per cell.
+    spent: Callable[[], float] = lambda: 0.0
     last: str = ""
 
     @property
     def done(self) -> int:
         return self.passed + self.failed + self.infra + self.skipped
 
-    def add(self, record: dict, spent: float) -> None:
+    def add(self, record: dict) -> None:
         if record.get("passed"):
             self.passed += 1
         elif record.get("status") in records.INFRA:
             self.infra += 1
         else:
             self.failed += 1
-        self.spent = spent
         self.last = f"{record.get('cell')} {outcome(record)}"
 
-    def skip(self, spent: float) -> None:
+    def skip(self) -> None:
         self.skipped += 1
-        self.spent = spent
 
     def money(self, amount: float) -> str:
         return usd(amount) + (" (simulated)" if self.rehearsal else "")
@@ -89,7 +90,7 @@ class Progress:
             timing = f"{duration(elapsed)} elapsed, about {duration(elapsed / self.done * left)} left"
         else:
             timing = f"{duration(elapsed)} elapsed"
-        text = f"ponybench: {self.done}/{self.total} cells ({counts}); {timing}; {self.money(self.spent)} spent"
+        text = f"ponybench: {self.done}/{self.total} cells ({counts}); {timing}; {self.money(self.spent())} spent"
         return text + (f"; last: {self.last}" if self.last else "")
 
 
@@ -110,14 +111,13 @@ class ProgressPrinter:
     def update(self) -> None:
         now = self.clock()
         finished = self.progress.done >= self.progress.total
-        line = self.progress.line(now)
         if self.tty:
-            self.rewrite(line)
+            self.rewrite(self.progress.line(now))
             self.open_line = not finished
             if finished:
                 self.write_line("")
         elif finished or self.printed_at is None or now - self.printed_at >= self.interval:
-            self.write_line(line)
+            self.write_line(self.progress.line(now))
             self.printed_at = now
 
     def close(self) -> None:
