@@ -38,6 +38,9 @@ class CellPool:
         self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="ponybench-cell")
         self.futures: dict[str, Future] = {}
         self.stopping = threading.Event()
+        # The session's items and each one's position, to find the cells after the current one.
+        self.indexed: list | None = None
+        self.positions: dict[int, int] = {}
 
     def _job(self, run: Callable[[], dict], workspace_dir) -> dict:
         if self.stopping.is_set():
@@ -99,7 +102,7 @@ def _upcoming(item, pool: CellPool) -> list:
         following = getattr(item, NEXT_ITEM_ATTR, None)
         return [following] if following is not None else []
     items = item.session.items
-    if getattr(pool, "indexed", None) is not items:  # once per session: positions by identity
+    if pool.indexed is not items:  # once per session: positions by identity
         pool.indexed, pool.positions = items, {id(it): i for i, it in enumerate(items)}
     start = pool.positions.get(id(item), len(items)) + 1
     return items[start:start + 2 * pool.size]
@@ -111,11 +114,12 @@ def record_for(item, state) -> dict:
 
     from .collect import CellItem
 
+    def workspace_of(cell_item):  # None for a rescore: a stop must never touch a kept result
+        return None if cell_item.rescore_workspace is not None else state.run_dir.cell_dir(cell_item.cell.id)
+
     state.cell_context(item.config.hook)  # a rehearsal starts here, in the main thread, once
     pool = get(state.settings.at_once)
     for cell_item in [item, *_upcoming(item, pool)]:
         if isinstance(cell_item, CellItem) and pool.pending() < 2 * pool.size:
-            ws = None if cell_item.rescore_workspace is not None else state.run_dir.cell_dir(cell_item.cell.id)
-            pool.submit(cell_item.nodeid, partial(cell_item.produce_record, state), ws)
-    ws = None if item.rescore_workspace is not None else state.run_dir.cell_dir(item.cell.id)
-    return pool.result(item.nodeid, partial(item.produce_record, state), ws)
+            pool.submit(cell_item.nodeid, partial(cell_item.produce_record, state), workspace_of(cell_item))
+    return pool.result(item.nodeid, partial(item.produce_record, state), workspace_of(item))
