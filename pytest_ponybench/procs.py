@@ -30,6 +30,7 @@ import ctypes
 import gc
 import json
 import os
+import resource
 import select
 import selectors
 import signal
@@ -67,9 +68,10 @@ def python_module(module: str) -> list[str]:
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRACE = 5.0  # seconds the supervisor gets to sweep its descendants before the group is SIGKILLed
 KILLED = 137  # the exit code reported when a supervisor died without saying its program's
-# Modules the server imports once, so that a forked check finds them warm: the helper API
-# and its standard-library imports, loaded before an agent's json.py could shadow them.
-WARM_MODULES = ("pytest_ponybench.checklib", "pytest_ponybench.checks")
+# Modules the server imports once, so that a forked check finds them warm: the helper API,
+# everything a check's namespace holds, and their standard-library imports, loaded before an
+# agent's json.py could shadow them. A module missing here is imported anew in every check.
+WARM_MODULES = ("pytest_ponybench.checklib", "pytest_ponybench.checks", "pytest_ponybench.regressions")
 MESSAGE_LIMIT = 4 * 1024 * 1024  # bytes of one request (argv, environment, check code)
 
 _live: set["Child"] = set()
@@ -472,8 +474,6 @@ def _close_all_but(keep: list[int]) -> None:
 
 def _limits(max_file_size: int | None) -> None:
     """No file larger than `max_file_size` (a flood cannot fill the disk), no core dumps."""
-    import resource
-
     if max_file_size is not None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_size, max_file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -277,3 +277,23 @@ def test_the_environment_snapshot_survives_a_key_deleted_while_copying(monkeypat
     snapshot = procs.environ_snapshot()
     monkeypatch.undo()
     assert snapshot == {"KEEP": "1"}
+
+
+def test_a_forked_check_imports_nothing_its_fork_server_has_not_imported(tmp_path):
+    # Each module a check needs but the server lacks is imported again in every check's
+    # process (about 3.5 ms for regressions.py alone, twice a cell).
+    probe = textwrap.dedent("""
+        import sys
+        from pytest_ponybench import procs
+        for module in procs.WARM_MODULES:
+            __import__(module)
+        before = set(sys.modules)
+        from pytest_ponybench import checklib, checks
+        checklib.namespace("x.py")
+        procs._limits(1024)
+        print(" ".join(sorted(set(sys.modules) - before)))
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": procs.PACKAGE_PARENT})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
