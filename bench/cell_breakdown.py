@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where one cell's harness time goes: timers around the functions `cell.run_cell` calls
-(fresh workspace, seed, snapshot, agent start and wait, transcript, each check, metrics,
+(fresh workspace, seed, snapshot, agent start and wait, transcript, the checks, metrics,
 spend ledger, record files), with the stand-in CLI (tests/fakes/fake_claude.py) answering at
 once, so every figure is the harness's own. Prints a table; asserts nothing.
 
@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parents[1]
 ADD = """\
@@ -63,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     root = args.root.resolve()
     sys.path.insert(0, str(root))
-    from pytest_ponybench import agent, cell, checks, metrics, session, spec, workspace
+    from pytest_ponybench import agent, cell, checks, metrics, rundir, spec, workspace
     from pytest_ponybench.rehearsal import rehearsal_files
 
     fake = HERE / "tests" / "fakes" / "fake_claude.py"
@@ -81,15 +82,18 @@ def main() -> None:
         os.environ.update(PONYBENCH_FAKE=str(script), IS_SANDBOX="1")
         run_dir = tmp / "run"
         run_dir.mkdir()
-        ctx = cell.CellContext(run_dir=run_dir, claude=str(fake), timeout=60, arms_dir=root / "arms")
+        # The plugin's default hooks (plugin.py): the CLI's own environment, no arm to prove.
+        hook = SimpleNamespace(pytest_ponybench_agent_env=lambda **_: {}, pytest_ponybench_prove_arm=lambda **_: None)
+        ctx = cell.CellContext(run_dir=rundir.RunDir(run_dir), claude=str(fake), timeout=60, arms_dir=root / "arms",
+                               hook=hook)
         arm = spec.ArmSpec(name="baseline", path=None)
 
         for module, name, label in [
             (workspace, "fresh", "fresh workspace"), (workspace, "seed", "seed"),
             (workspace, "outside_snapshot", "snapshot beside"), (agent, "run", "agent start+wait"),
             (agent, "bound_file", "bound transcript"), (agent, "read_transcript", "transcript"),
-            (checks, "run_check", "each check"), (metrics, "cell_stats", "metrics"),
-            (session, "record_spend", "spend ledger"), (cell, "_write_json", "record files"),
+            (checks, "run_checks", "checks (all axes)"), (metrics, "cell_stats", "metrics"),
+            (rundir.RunDir, "record_spend", "spend ledger"), (cell, "_write_json", "record files"),
         ]:
             if hasattr(module, name):
                 setattr(module, name, timed(table, label, getattr(module, name)))

@@ -269,11 +269,8 @@ def judge(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
     are judged. Each axis's check runs in its own disposable copy of the workspace: a check
     that writes (or code under test that does) can neither touch the kept workspace nor the
     other axis. A file the ticket says not to change, changed, fails correct, named."""
-    verdicts = {}
-    for axis, code in task.checks.items():
-        with workspace.disposable_copy(ws, f"check-{axis}") as copy:
-            verdicts[axis] = checks.run_check(code, copy, axis, task.file, task.check_timeout,
-                                              transcript=ws / workspace.TRANSCRIPT)
+    verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout, transcript=ws / workspace.TRANSCRIPT,
+                                 leave_out=workspace.left_out_of_checks(ws))
     return checks.with_forbidden(verdicts, checks.forbidden_edits(task, ws))
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the check child imports this module: keep it free of the sp
     from .spec import TaskSpec
 
 OUTPUT_EXCERPT = 2000  # characters of a failed check's output kept in its reason
+REASON_LIMIT = 2000  # characters of a failed assertion's message kept as the reason
 FILE_SIZE_LIMIT = 64 * 1024 * 1024  # a check (and the code it runs) writes no larger file
 
 
@@ -36,39 +37,69 @@ class Verdict:
 
 def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float,
               transcript: Path | None = None) -> Verdict:
-    """Run one check against a workspace and return its verdict; never raises for agent faults.
-    `transcript`: the cell's kept transcript, named to the check in $PONYBENCH_TRANSCRIPT (the
-    graders of an imported eval case read the agent's tool calls there)."""
+    """Run one check in `workspace` itself and return its verdict; never raises for agent
+    faults. `transcript`: the cell's kept transcript, named to the check in
+    $PONYBENCH_TRANSCRIPT (the graders of an imported eval case read the agent's tool calls
+    there)."""
+    return _run({axis: code}, Path(workspace), entry, timeout, transcript, leave_out=None)[axis]
+
+
+def run_checks(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
+               transcript: Path | None = None, leave_out: list[str] = ()) -> dict[str, Verdict]:
+    """Run a cell's checks, each in its own disposable copy of `workspace` (without the
+    top-level names `leave_out`), so neither a check nor the code it runs can touch the
+    workspace or the other axis; their verdicts by axis.
+
+    One supervisor runs them one after the other (procs.start_calls): it copies the
+    workspace, forks the check, kills its tree at `timeout` or when it ends, and removes
+    the copy, so the harness pays for one supervisor a cell, not one a check."""
+    return _run(checks, Path(workspace), entry, timeout, transcript, leave_out=list(leave_out))
+
+
+# Beyond the checks' own deadlines, for the supervisor's copies of the workspace: only a
+# wedged supervisor (or a workspace of gigabytes) meets the harness's deadline.
+COPY_ALLOWANCE = 60.0
+
+
+def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
+         transcript: Path | None, leave_out: list[str] | None) -> dict[str, Verdict]:
+    """`leave_out` None: each check in `workspace` itself; else each in a copy, without those."""
+    env = {
+        **procs.environ_snapshot(),  # cells may run in threads beside pytest's main thread
+        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace
+        "PYTHONHASHSEED": "0",
+    }
+    if transcript is not None:
+        env["PONYBENCH_TRANSCRIPT"] = str(transcript)
+    axes = list(checks)
     with tempfile.TemporaryDirectory(prefix="ponybench-check-") as tmp:
-        tmpdir = Path(tmp)
-        verdict_path = tmpdir / "verdict.json"
-        output_path = tmpdir / "output.txt"
-        env = {
-            **procs.environ_snapshot(),  # cells may run in threads beside pytest's main thread
-            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace
-            "PYTHONHASHSEED": "0",
-        }
-        if transcript is not None:
-            env["PONYBENCH_TRANSCRIPT"] = str(transcript)
-        with open(output_path, "wb") as out:
-            proc = procs.start_call("pytest_ponybench.checks:run_here", [code, str(verdict_path), entry or ""],
-                                    cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, max_file_size=FILE_SIZE_LIMIT)
-            timed_out = procs.wait_or_kill(proc, timeout)
-        if timed_out:
-            return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
-        try:
-            verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
-            return Verdict(bool(verdict["ok"]), str(verdict["reason"]))
-        except (OSError, ValueError, KeyError):
-            tail = procs.output_tail(output_path, OUTPUT_EXCERPT).splitlines()
-            last = f": {tail[-1][:300]}" if tail else ""
-            return Verdict(False, f"{axis} check process ended with exit code {proc.returncode} "
-                                  f"without a verdict (the code under test exited or crashed){last}")
+        calls = []
+        for index, axis in enumerate(axes):
+            scratch = Path(tmp) / str(index)  # an axis name is a task file's word: not a path
+            verdict = scratch / "verdict.json"
+            call = {"function": "pytest_ponybench.checks:run_here", "args": [checks[axis], str(verdict), entry or ""],
+                    "cwd": str(workspace), "timeout": timeout, "scratch": str(scratch), "result": str(verdict),
+                    "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT}
+            if leave_out is not None:
+                call.update(cwd=str(scratch / workspace.name), copy_of=str(workspace), leave_out=leave_out)
+            calls.append(call)
+        proc = procs.start_calls(calls, env=env, max_file_size=FILE_SIZE_LIMIT, stdin=subprocess.DEVNULL)
+        procs.wait_or_kill(proc, len(calls) * (timeout + COPY_ALLOWANCE))
+    return {axis: _verdict(axis, timeout, proc.results[i] if i < len(proc.results) else None)
+            for i, axis in enumerate(axes)}
 
 
-def run_checks(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float) -> dict[str, Verdict]:
-    return {axis: run_check(code, workspace, axis, entry, timeout) for axis, code in checks.items()}
+def _verdict(axis: str, timeout: float, report: dict | None) -> Verdict:
+    """A check's verdict from what its supervisor reported (None: it never reported)."""
+    if report is None or report.get("timed_out"):
+        return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
+    result = report.get("result")
+    if isinstance(result, dict) and "ok" in result and "reason" in result:
+        return Verdict(bool(result["ok"]), str(result["reason"]))
+    tail = str(report.get("tail") or "").splitlines()
+    last = f": {tail[-1][:300]}" if tail else ""
+    return Verdict(False, f"{axis} check process ended with exit code {report.get('code')} "
+                          f"without a verdict (the code under test exited or crashed){last}")
 
 
 def forbidden_edits(task: TaskSpec, workspace: Path) -> Verdict | None:
@@ -104,13 +135,13 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, AssertionError):
         message = str(exc).strip()
         if message:
-            return message
+            return message[:REASON_LIMIT]
         frames = traceback.extract_tb(exc.__traceback__)
         check_frames = [f for f in frames if f.filename == "<check>"]
         line = (check_frames or frames)[-1]
         return f"assertion failed: {(line.line or '').strip() or 'line ' + str(line.lineno)}"
     if isinstance(exc, SystemExit):
-        return f"the code under test called exit({exc.code!r})"
+        return f"the code under test called exit({repr(exc.code)[:300]})"
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 

@@ -17,9 +17,15 @@ When the harness dies, even by SIGKILL, the kernel closes its end of the server'
 the server reads end-of-file, sends SIGTERM to every supervisor (each sweeps its tree) and
 exits. Supervisors also get SIGTERM if the server itself dies (`PR_SET_PDEATHSIG`).
 
+A cell's checks share one supervisor (`start_calls`): it runs them one after the other, each
+in a process of its own forked from it, each with its own deadline, which the supervisor keeps
+by waiting on the call's pidfd. Before a call it can make a disposable copy of a directory
+for the call to work in; after it, it kills what the call left running and removes the copy.
+So the checks of a cell cost one supervisor, not one each.
+
 The harness waits on a pipe only the supervisor holds, with the deadline as the timeout of
-one `select` (no polling): the supervisor writes the program's exit code to it after its
-sweep. At a deadline, a Ctrl-C or an exception the harness sends SIGTERM (the supervisor
+`select` (no polling): the supervisor writes the program's exit code to it after its sweep,
+and, for calls, one JSON line per call as each one ends. At a deadline, a Ctrl-C or an exception the harness sends SIGTERM (the supervisor
 sweeps its descendants), then SIGKILLs the whole group as a net. The server reaps each
 supervisor only after killing what is left of its group, so a group id is never reused
 while anyone may still signal it.
@@ -33,6 +39,7 @@ import os
 import resource
 import select
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,8 +98,10 @@ class Child:
     def __init__(self, pid: int, status_fd: int, stdout=None):
         self.pid = pid
         self.returncode: int | None = None
+        self.results: list[dict] = []  # start_calls: what the supervisor said of each call that ended
         self.stdout = stdout
         self._status = status_fd
+        self._said = b""  # the status pipe's bytes so far
         self._waiting = threading.Lock()  # one reader of the status pipe at a time
         try:  # a handle on this very process: a signal through it never hits a reused pid
             self._pidfd = os.pidfd_open(pid)
@@ -106,17 +115,28 @@ class Child:
         return self.returncode
 
     def _read_status(self, timeout: float | None) -> None:
-        ready, _, _ = select.select([self._status], [], [], timeout)
-        if not ready:
-            raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout)
-        data = b""
-        while chunk := os.read(self._status, 64):  # the code, then end-of-file at its exit
-            data += chunk
+        """Read the status pipe to its end (the supervisor's exit), within `timeout`: a
+        supervisor of calls writes a line as each call ends, long before it exits."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._status], [], [], remaining)[0]:
+                raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout)
+            chunk = os.read(self._status, 65536)
+            if not chunk:
+                break
+            self._said += chunk
         os.close(self._status)
-        try:  # the first line: a SIGTERM during the final sweep may add its own code
-            self.returncode = int(data.split()[0])
-        except (ValueError, IndexError):  # killed before it could say
-            self.returncode = KILLED
+        lines = self._said.decode("utf-8", "replace").splitlines()
+        for line in lines:
+            if line.startswith("{"):
+                try:
+                    self.results.append(json.loads(line))
+                except ValueError:  # pragma: no cover - the supervisor writes whole lines
+                    pass
+        # The first code: a SIGTERM during the final sweep may add its own after it.
+        codes = [line for line in lines if line.lstrip("-").isdigit()]
+        self.returncode = int(codes[0]) if codes else KILLED  # none: killed before it could say
         with _lock:  # its tree is gone: swept by the supervisor, or by the server after it
             _live.discard(self)
 
@@ -285,6 +305,32 @@ def start_call(function: str, args: list, env: dict[str, str] | None = None, max
                "env": environ_snapshot() if env is None else dict(env),
                "cwd": str(os.getcwd() if cwd is None else cwd), "max_file_size": max_file_size}
     return _spawn(message, stdin, stdout, stderr)
+
+
+def start_calls(calls: list[dict], env: dict[str, str] | None = None, max_file_size: int | None = None,
+                stdin=None) -> Child:
+    """Run several calls one after the other under one supervisor, each like `start_call`:
+    `function(*args)` in a process of its own, forked from the supervisor, in `cwd`, with
+    `env` and `max_file_size`. Each call is a dict:
+
+    - `function`, `args`, `cwd`: as for `start_call`;
+    - `timeout`: seconds; at the deadline the supervisor kills the call's whole tree and
+      goes on with the next call (what the call left running dies when it ends, too);
+    - `output`: a file for the call's stdout and stderr (default: the supervisor's, /dev/null);
+    - `result`: a file the function writes (JSON), reported back; `tail`: how many bytes of
+      the end of `output` to report back;
+    - `copy_of` (optional): a directory copied to `cwd` before the call (symlinks as links,
+      the top-level names in `leave_out` left out);
+    - `scratch` (optional): a directory made before the call and removed after it (its
+      result and output read first); put `cwd`, `result` and `output` inside it.
+
+    As each call ends, `Child.results` gets {"code", "timed_out", "result", "tail"}: the
+    exit code (128 + N for a death by signal N), whether its deadline killed it, the JSON it
+    left in `result` (None when there is none, or it is not JSON) and its output's tail.
+    Calls after one the harness's own deadline cut short never report."""
+    message = {"op": "calls", "calls": calls, "env": environ_snapshot() if env is None else dict(env),
+               "max_file_size": max_file_size}
+    return _spawn(message, stdin, subprocess.DEVNULL, subprocess.DEVNULL)
 
 
 def output_tail(path, limit: int) -> str:
@@ -501,6 +547,16 @@ def _run_program(message: dict, fds: list[int]) -> int:
     return code if code >= 0 else 128 - code
 
 
+def _set_environ(env: dict[str, str]) -> None:
+    """Make this process's environment `env`, touching only what differs from the server's
+    (clearing and refilling it costs a putenv per variable in every check)."""
+    for key in [k for k in os.environ if k not in env]:
+        del os.environ[key]
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+
+
 def _call(message: dict, fds: list[int]) -> None:
     """In a check's own process (forked by its supervisor): streams, limits, environment,
     working directory, then `function(*args)`. Never returns."""
@@ -513,13 +569,94 @@ def _call(message: dict, fds: list[int]) -> None:
         _limits(message.get("max_file_size"))
         if message.get("cwd"):
             os.chdir(message["cwd"])
-        os.environ.clear()
-        os.environ.update(message["env"])
+        _set_environ(message["env"])
         module, name = message["function"].split(":")
         getattr(sys.modules[module], name)(*message["args"])
         os._exit(0)
     except BaseException:
         os._exit(126)
+
+
+RESULT_LIMIT = 1024 * 1024  # bytes of a call's result file read back; a larger one is no result
+
+
+def _read_result(path: str | None) -> dict | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(RESULT_LIMIT + 1)[:RESULT_LIMIT])
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _wait_with_deadline(pid: int, timeout: float) -> tuple[int, bool]:
+    """Wait for our child `pid`, at most `timeout` seconds (its pidfd, no polling); at the
+    deadline SIGKILL it. Its exit code and whether it was killed at the deadline."""
+    timed_out = False
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):  # pragma: no cover - no pidfd: the harness's deadline stands in
+        pidfd = None
+    if pidfd is not None:
+        try:
+            timed_out = not select.select([pidfd], [], [], timeout)[0]
+        finally:
+            os.close(pidfd)
+    if timed_out:
+        os.kill(pid, signal.SIGKILL)
+    _, wait_status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(wait_status)
+    return (code if code >= 0 else 128 - code), timed_out
+
+
+def _copy_dir(source: str, target: str, leave_out: list[str]) -> None:
+    """`source` copied to `target`, symlinks as links, the top-level names `leave_out` left out."""
+    top, skipped = os.path.normpath(source), set(leave_out)
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        return [n for n in names if n in skipped] if os.path.normpath(directory) == top else []
+
+    shutil.copytree(top, target, symlinks=True, ignore=ignore)
+
+
+def _one_call(message: dict, call: dict, fds: list[int]) -> dict:
+    """Prepare, fork and wait for one call of `start_calls`; what is reported of it."""
+    if call.get("scratch"):
+        os.makedirs(call["scratch"], exist_ok=True)
+    output = None
+    try:
+        if call.get("copy_of"):
+            _copy_dir(call["copy_of"], call["cwd"], call.get("leave_out") or [])
+        if call.get("output"):
+            output = os.open(call["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:  # this call cannot run; the next ones still do
+        if output is not None:
+            os.close(output)
+        return {"code": 127, "timed_out": False, "result": None,
+                "tail": f"ponybench: cannot prepare the call's directory: {exc}"}
+    pid = os.fork()
+    if pid == 0:
+        _call({**message, **call}, [fds[0], *([output, output] if output is not None else fds[1:3])])
+    if output is not None:
+        os.close(output)
+    code, timed_out = _wait_with_deadline(pid, float(call["timeout"]))
+    sweep()  # what the call left running: servers it started, setsid escapees
+    tail = output_tail(call["output"], int(call.get("tail") or 0)) if output is not None else ""
+    return {"code": code, "timed_out": timed_out, "result": _read_result(call.get("result")), "tail": tail}
+
+
+def _run_calls(message: dict, fds: list[int], status: int) -> int:
+    """The calls of `start_calls`, one after the other, each reported as it ends."""
+    for call in message["calls"]:
+        report = _one_call(message, call, fds)
+        if call.get("scratch"):  # best effort: the harness removes what is left (a copy made read-only)
+            shutil.rmtree(call["scratch"], ignore_errors=True)
+        os.write(status, (json.dumps(report) + "\n").encode())
+    for fd in fds[:3]:
+        os.close(fd)
+    return 0
 
 
 def _supervisor(message: dict, fds: list[int], server: int) -> None:
@@ -545,6 +682,8 @@ def _supervisor(message: dict, fds: list[int], server: int) -> None:
             signal.signal(signum, stop)
         if message["op"] == "exec":
             code = _run_program(message, fds)
+        elif message["op"] == "calls":
+            code = _run_calls(message, fds, status)
         else:
             pid = os.fork()  # a check: its own process, with the warm modules of this one
             if pid == 0:

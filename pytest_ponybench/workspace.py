@@ -5,14 +5,12 @@ fix must never cost model spend twice.
 """
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import hashlib
 import json
 import re
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 from .metrics import git
@@ -106,29 +104,15 @@ def seed_manifest(workspace: Path, fallback: dict[str, str]) -> dict[str, str]:
     return {rel: digest(text) for rel, text in fallback.items()}
 
 
-def _copy_ignore(root: Path):
-    """What a disposable copy leaves out: the harness's own files and the fixture's git data
-    at the top (checks never need them), nothing the agent wrote."""
-    def ignore(directory: str, names: list[str]) -> list[str]:
-        if Path(directory) != root:
-            return []
-        return [n for n in names if n.startswith(HARNESS_PREFIX) or n == ".git"]
-    return ignore
-
-
-@contextlib.contextmanager
-def disposable_copy(workspace: Path, label: str = "check"):
-    """A throwaway copy of a kept workspace, removed on the way out.
-
-    Checks import and run what the agent wrote, and may write themselves (a test archive, a
-    database, an extracted tree): they run here, never in the kept workspace, so scoring the
-    same workspace twice gives the same figures and leaves it byte for byte as it was.
-    Symlinks are copied as links."""
-    root = Path(workspace)
-    with tempfile.TemporaryDirectory(prefix=f"ponybench-{label}-") as tmp:
-        copy = Path(tmp) / root.name
-        shutil.copytree(root, copy, symlinks=True, ignore=_copy_ignore(root))
-        yield copy
+def left_out_of_checks(workspace: Path) -> list[str]:
+    """The top-level names of a workspace its checks' disposable copies leave out: the
+    harness's own files and the fixture's git data (checks never need them), nothing the
+    agent wrote."""
+    try:
+        names = [entry.name for entry in Path(workspace).iterdir()]
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(HARNESS_PREFIX) or n == ".git")
 
 
 def fresh(workspace: Path) -> None:

@@ -254,3 +254,18 @@ def test_run_checks_runs_each_axis(tmp_path):
 def test_an_agent_file_named_like_a_stdlib_module_does_not_break_the_checker(tmp_path, module):
     ws = ws_with(tmp_path, {"impl.py": ADD, f"{module}.py": "raise SystemExit('shadowed the standard library')\n"})
     assert check(ws, "assert load(FILE).add(1, 2) == 3") == checks.Verdict(True, "ok")
+
+
+def test_a_check_past_its_deadline_does_not_cost_the_next_axis_its_verdict(tmp_path):
+    ws = ws_with(tmp_path, {"impl.py": ADD})
+    verdicts = checks.run_checks({"correct": "while True:\n    pass\n",
+                                  "safe": "assert load(FILE).add(1, 1) == 2"}, ws, "impl.py", 3)
+    assert verdicts == {
+        "correct": checks.Verdict(False, "correct check timed out after 3 s: the code under test looped or blocked"),
+        "safe": checks.Verdict(True, "ok")}
+
+
+def test_a_huge_assertion_message_is_cut_to_a_reason(tmp_path):
+    ws = ws_with(tmp_path, {"impl.py": ADD})
+    verdict = check(ws, "assert False, 'x' * 10_000_000")
+    assert verdict == checks.Verdict(False, "x" * checks.REASON_LIMIT)

@@ -297,3 +297,137 @@ def test_a_forked_check_imports_nothing_its_fork_server_has_not_imported(tmp_pat
                           env={**os.environ, "PYTHONPATH": procs.PACKAGE_PARENT})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+# --- several calls under one supervisor (procs.start_calls: a cell's checks) ---------------
+
+def check_call(code: str, cwd: Path, scratch: Path, timeout: float = 30, **extra) -> dict:
+    """A call of `start_calls` running check code (checks.run_here), its verdict as its result."""
+    verdict = scratch / "verdict.json"
+    return {"function": "pytest_ponybench.checks:run_here", "args": [textwrap.dedent(code), str(verdict), ""],
+            "cwd": str(cwd), "timeout": timeout, "scratch": str(scratch), "result": str(verdict),
+            "output": str(scratch / "output.txt"), "tail": 500, **extra}
+
+
+def run_calls(calls: list[dict], deadline: float = 120) -> tuple[procs.Child, bool]:
+    proc = procs.start_calls(calls, stdin=subprocess.DEVNULL)
+    return proc, procs.wait_or_kill(proc, deadline)
+
+
+def test_calls_run_one_after_another_each_in_a_process_of_its_own(tmp_path):
+    stamp = """
+        import os, time
+        started = time.monotonic()
+        time.sleep(0.2)
+        with open(os.path.join({out!r}, "{n}"), "w") as fh:
+            fh.write(f"{{os.getpid()}} {{os.getppid()}} {{os.getsid(0)}} {{started}} {{time.monotonic()}} {{os.getcwd()}}")
+    """
+    calls = [check_call(stamp.format(out=str(tmp_path), n=n), tmp_path, tmp_path / f"s{n}") for n in range(3)]
+    proc, timed_out = run_calls(calls)
+    assert not timed_out and proc.returncode == 0
+    assert [r["code"] for r in proc.results] == [0, 0, 0]
+    assert [r["result"] for r in proc.results] == [{"ok": True, "reason": "ok"}] * 3
+    rows = [(tmp_path / str(n)).read_text().split() for n in range(3)]
+    assert len({row[0] for row in rows}) == 3, "two calls shared a process"
+    assert {row[1] for row in rows} == {row[2] for row in rows} == {str(proc.pid)}, \
+        "every call is a child of the supervisor, in its session"
+    assert float(rows[0][4]) <= float(rows[1][3]) and float(rows[1][4]) <= float(rows[2][3]), "calls overlapped"
+    assert {row[5] for row in rows} == {str(tmp_path)}
+    assert not any((tmp_path / f"s{n}").exists() for n in range(3)), "a scratch directory was left"
+
+
+def test_a_call_past_its_deadline_dies_with_its_tree_and_the_next_call_runs(tmp_path):
+    pids_file = tmp_path / "pids"
+    start_family = f"""
+        import subprocess, sys
+        subprocess.Popen([sys.executable, "-c", {FAMILY!r}, {str(pids_file)!r}])
+        while True:
+            pass
+    """
+    all_dead = f"""
+        import os
+        for pid in open({str(pids_file)!r}).read().split():
+            try:
+                state = open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            assert state == "Z", f"process {{pid}} of the earlier call still runs"
+    """
+    proc, timed_out = run_calls([check_call(start_family, tmp_path, tmp_path / "a", timeout=5),
+                                 check_call(all_dead, tmp_path, tmp_path / "b")])
+    assert not timed_out
+    first, second = proc.results
+    assert first["timed_out"] is True and first["code"] == 128 + signal.SIGKILL and first["result"] is None
+    assert second == {"code": 0, "timed_out": False, "result": {"ok": True, "reason": "ok"}, "tail": ""}
+    assert_all_dead(wait_for_pids(pids_file), "the tree of a call past its deadline")
+
+
+def test_what_a_call_leaves_running_is_gone_before_the_next_call_starts(tmp_path):
+    pids_file = tmp_path / "pids"
+    leave_family = f"""
+        import subprocess, sys
+        subprocess.run([sys.executable, "-c", {FAMILY!r}, {str(pids_file)!r}, "exit"], check=True)
+    """
+    # The family's parent exited: its child and setsid grandchild were re-parented to the
+    # supervisor, which kills them when the call ends.
+    was_swept = f"""
+        import os
+        pids = open({str(pids_file)!r}).read().split()
+        live = [p for p in pids if os.path.exists(f"/proc/{{p}}") and
+                open(f"/proc/{{p}}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        assert not live, f"still running: {{live}}"
+    """
+    proc, _ = run_calls([check_call(leave_family, tmp_path, tmp_path / "a"),
+                         check_call(was_swept, tmp_path, tmp_path / "b")])
+    assert [r["result"] for r in proc.results] == [{"ok": True, "reason": "ok"}] * 2, proc.results
+    assert_all_dead(wait_for_pids(pids_file), "what a call left running")
+
+
+def test_a_call_works_in_a_disposable_copy_made_and_removed_by_the_supervisor(tmp_path):
+    source = tmp_path / "ws"
+    (source / "sub" / ".git").mkdir(parents=True)
+    (source / ".git").mkdir()
+    (source / "mod.py").write_text("x = 1\n")
+    (source / "_ponybench.result.json").write_text("{}")
+    (source / "link").symlink_to("mod.py")
+    before = sorted((str(p.relative_to(source)), p.is_symlink()) for p in source.rglob("*"))
+    in_the_copy = """
+        import os
+        assert os.getcwd().endswith("/copy/ws")
+        assert sorted(os.listdir(".")) == ["link", "mod.py", "sub"], os.listdir(".")
+        assert os.path.isdir("sub/.git"), "a nested .git is the agent's: copied"
+        assert os.readlink("link") == "mod.py", "a symlink is copied as a link"
+        os.remove("mod.py")
+        open("new.txt", "w").write("written by the check")
+    """
+    scratch = tmp_path / "scratch"
+    proc, _ = run_calls([check_call(in_the_copy, scratch / "copy" / "ws", scratch, copy_of=str(source),
+                                    leave_out=[".git", "_ponybench.result.json"])])
+    assert proc.results[0]["result"] == {"ok": True, "reason": "ok"}, proc.results
+    assert sorted((str(p.relative_to(source)), p.is_symlink()) for p in source.rglob("*")) == before
+    assert (source / "mod.py").read_text() == "x = 1\n"
+    assert not scratch.exists(), "the copy was left behind"
+
+
+def test_a_call_that_cannot_be_prepared_says_why_and_the_next_one_runs(tmp_path):
+    broken = check_call("pass", tmp_path / "copy", tmp_path / "a", copy_of=str(tmp_path / "missing"))
+    proc, _ = run_calls([broken, check_call("pass", tmp_path, tmp_path / "b")])
+    first, second = proc.results
+    assert first["code"] == 127 and first["result"] is None
+    assert "cannot prepare the call's directory" in first["tail"] and "missing" in first["tail"]
+    assert second["result"] == {"ok": True, "reason": "ok"}
+
+
+def test_at_the_harness_s_deadline_the_calls_die_and_what_ended_is_kept(tmp_path):
+    pid_file = tmp_path / "pid"
+    looping = f"""
+        import os
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        while True:
+            pass
+    """
+    proc, timed_out = run_calls([check_call("pass", tmp_path, tmp_path / "a"),
+                                 check_call(looping, tmp_path, tmp_path / "b", timeout=600)], deadline=3)
+    assert timed_out
+    assert [r["result"] for r in proc.results] == [{"ok": True, "reason": "ok"}]
+    assert_all_dead([int(pid_file.read_text()), proc.pid], "a call cut short by the harness")
