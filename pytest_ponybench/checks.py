@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,15 +51,16 @@ def run_checks(checks: dict[str, str], workspace: Path, entry: str | None, timeo
     top-level names `leave_out`), so neither a check nor the code it runs can touch the
     workspace or the other axis; their verdicts by axis.
 
-    One supervisor runs them one after the other (procs.start_calls): it copies the
-    workspace, forks the check, kills its tree at `timeout` or when it ends, and removes
-    the copy, so the harness pays for one supervisor a cell, not one a check."""
+    One supervisor runs them one after the other (procs.start_calls): it forks each check
+    and kills its tree at `timeout` or when it ends, so a cell pays for one supervisor, not
+    one a check. The copies are made here, where copying is cheap: in a freshly forked
+    process every page the copying code touches is first copied itself."""
     return _run(checks, Path(workspace), entry, timeout, transcript, leave_out=list(leave_out))
 
 
-# Beyond the checks' own deadlines, for the supervisor's copies of the workspace: only a
-# wedged supervisor (or a workspace of gigabytes) meets the harness's deadline.
-COPY_ALLOWANCE = 60.0
+# Beyond the checks' own deadlines, for the supervisor's own work between them: only a wedged
+# supervisor meets the harness's deadline.
+SUPERVISOR_ALLOWANCE = 30.0
 
 
 def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
@@ -76,17 +78,27 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
         calls = []
         for index, axis in enumerate(axes):
             scratch = Path(tmp) / str(index)  # an axis name is a task file's word: not a path
+            cwd = workspace
+            if leave_out is None:
+                scratch.mkdir()
+            else:  # the copy keeps the workspace's own name
+                cwd = scratch / workspace.name
+                shutil.copytree(workspace, cwd, symlinks=True, ignore=_top_level(workspace, leave_out))
             verdict = scratch / "verdict.json"
-            call = {"function": "pytest_ponybench.checks:run_here", "args": [checks[axis], str(verdict), entry or ""],
-                    "cwd": str(workspace), "timeout": timeout, "scratch": str(scratch), "result": str(verdict),
-                    "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT}
-            if leave_out is not None:
-                call.update(cwd=str(scratch / workspace.name), copy_of=str(workspace), leave_out=leave_out)
-            calls.append(call)
+            calls.append({"function": "pytest_ponybench.checks:run_here",
+                          "args": [checks[axis], str(verdict), entry or ""], "cwd": str(cwd), "timeout": timeout,
+                          "result": str(verdict), "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT})
         proc = procs.start_calls(calls, env=env, max_file_size=FILE_SIZE_LIMIT, stdin=subprocess.DEVNULL)
-        procs.wait_or_kill(proc, len(calls) * (timeout + COPY_ALLOWANCE))
+        procs.wait_or_kill(proc, len(calls) * (timeout + SUPERVISOR_ALLOWANCE))
     return {axis: _verdict(axis, timeout, proc.results[i] if i < len(proc.results) else None)
             for i, axis in enumerate(axes)}
+
+
+def _top_level(root: Path, names: list[str]):
+    """A copytree `ignore` that leaves out `names` at the top of `root` only."""
+    def ignore(directory: str, entries: list[str]) -> list[str]:
+        return [n for n in entries if n in names] if Path(directory) == root else []
+    return ignore
 
 
 def _verdict(axis: str, timeout: float, report: dict | None) -> Verdict:

@@ -19,9 +19,8 @@ exits. Supervisors also get SIGTERM if the server itself dies (`PR_SET_PDEATHSIG
 
 A cell's checks share one supervisor (`start_calls`): it runs them one after the other, each
 in a process of its own forked from it, each with its own deadline, which the supervisor keeps
-by waiting on the call's pidfd. Before a call it can make a disposable copy of a directory
-for the call to work in; after it, it kills what the call left running and removes the copy.
-So the checks of a cell cost one supervisor, not one each.
+by waiting on the call's pidfd; after each it kills what the call left running. So the checks
+of a cell cost one supervisor, not one each.
 
 The harness waits on a pipe only the supervisor holds, with the deadline as the timeout of
 `select` (no polling): the supervisor writes the program's exit code to it after its sweep,
@@ -39,7 +38,6 @@ import os
 import resource
 import select
 import selectors
-import shutil
 import signal
 import socket
 import subprocess
@@ -48,6 +46,7 @@ import threading
 import time
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -318,11 +317,7 @@ def start_calls(calls: list[dict], env: dict[str, str] | None = None, max_file_s
       goes on with the next call (what the call left running dies when it ends, too);
     - `output`: a file for the call's stdout and stderr (default: the supervisor's, /dev/null);
     - `result`: a file the function writes (JSON), reported back; `tail`: how many bytes of
-      the end of `output` to report back;
-    - `copy_of` (optional): a directory copied to `cwd` before the call (symlinks as links,
-      the top-level names in `leave_out` left out);
-    - `scratch` (optional): a directory made before the call and removed after it (its
-      result and output read first); put `cwd`, `result` and `output` inside it.
+      the end of `output` to report back.
 
     As each call ends, `Child.results` gets {"code", "timed_out", "result", "tail"}: the
     exit code (128 + N for a death by signal N), whether its deadline killed it, the JSON it
@@ -506,8 +501,22 @@ def sweep(spare: set[int] = frozenset()) -> None:
                 pass
 
 
-def _prctl(option: int, value: int) -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+_libc_prctl = None
+
+
+def _prctl(option: int, value) -> None:
+    # Looked up once (in the fork server, before it forks): a lookup in each forked process
+    # costs a dlopen and a new ctypes function object there.
+    global _libc_prctl
+    if _libc_prctl is None:
+        _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+    _libc_prctl(option, value, 0, 0, 0)
+
+
+def _name(name: str) -> None:
+    """What `ps` and `top` show for this process (15 bytes at most): the fork server and its
+    forks are all `python` otherwise, and a stuck one could not be told from the others."""
+    _prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
 
 
 def _close_all_but(keep: list[int]) -> None:
@@ -561,6 +570,7 @@ def _call(message: dict, fds: list[int]) -> None:
     """In a check's own process (forked by its supervisor): streams, limits, environment,
     working directory, then `function(*args)`. Never returns."""
     try:
+        _name("pony-check")
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         for target, fd in enumerate(fds[:3]):
@@ -611,31 +621,15 @@ def _wait_with_deadline(pid: int, timeout: float) -> tuple[int, bool]:
     return (code if code >= 0 else 128 - code), timed_out
 
 
-def _copy_dir(source: str, target: str, leave_out: list[str]) -> None:
-    """`source` copied to `target`, symlinks as links, the top-level names `leave_out` left out."""
-    top, skipped = os.path.normpath(source), set(leave_out)
-
-    def ignore(directory: str, names: list[str]) -> list[str]:
-        return [n for n in names if n in skipped] if os.path.normpath(directory) == top else []
-
-    shutil.copytree(top, target, symlinks=True, ignore=ignore)
-
-
 def _one_call(message: dict, call: dict, fds: list[int]) -> dict:
-    """Prepare, fork and wait for one call of `start_calls`; what is reported of it."""
-    if call.get("scratch"):
-        os.makedirs(call["scratch"], exist_ok=True)
+    """Fork and wait for one call of `start_calls`; what is reported of it."""
     output = None
-    try:
-        if call.get("copy_of"):
-            _copy_dir(call["copy_of"], call["cwd"], call.get("leave_out") or [])
-        if call.get("output"):
+    if call.get("output"):
+        try:
             output = os.open(call["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    except OSError as exc:  # this call cannot run; the next ones still do
-        if output is not None:
-            os.close(output)
-        return {"code": 127, "timed_out": False, "result": None,
-                "tail": f"ponybench: cannot prepare the call's directory: {exc}"}
+        except OSError as exc:  # this call cannot run; the next ones still do
+            return {"code": 127, "timed_out": False, "result": None,
+                    "tail": f"ponybench: cannot open the call's output file: {exc}"}
     pid = os.fork()
     if pid == 0:
         _call({**message, **call}, [fds[0], *([output, output] if output is not None else fds[1:3])])
@@ -650,10 +644,7 @@ def _one_call(message: dict, call: dict, fds: list[int]) -> dict:
 def _run_calls(message: dict, fds: list[int], status: int) -> int:
     """The calls of `start_calls`, one after the other, each reported as it ends."""
     for call in message["calls"]:
-        report = _one_call(message, call, fds)
-        if call.get("scratch"):  # best effort: the harness removes what is left (a copy made read-only)
-            shutil.rmtree(call["scratch"], ignore_errors=True)
-        os.write(status, (json.dumps(report) + "\n").encode())
+        os.write(status, (json.dumps(_one_call(message, call, fds)) + "\n").encode())
     for fd in fds[:3]:
         os.close(fd)
     return 0
@@ -667,6 +658,7 @@ def _supervisor(message: dict, fds: list[int], server: int) -> None:
         os.setsid()
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        _name("pony-supervisor")
         if os.getppid() != server:  # the server died before the death signal was armed
             os._exit(KILLED)
         signal.set_wakeup_fd(-1)
@@ -704,6 +696,7 @@ def serve(sock_fd: int) -> None:
     """The fork server: one request, one supervisor; until the harness closes the socket."""
     sock = socket.socket(fileno=sock_fd)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)  # escapees of a supervisor killed before its sweep land here
+    _name("pony-server")
     for module in WARM_MODULES:
         __import__(module)
     # Every fork would otherwise copy the pages the collector touches in its first pass over

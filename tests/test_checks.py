@@ -269,3 +269,25 @@ def test_a_huge_assertion_message_is_cut_to_a_reason(tmp_path):
     ws = ws_with(tmp_path, {"impl.py": ADD})
     verdict = check(ws, "assert False, 'x' * 10_000_000")
     assert verdict == checks.Verdict(False, "x" * checks.REASON_LIMIT)
+
+
+def test_each_check_works_in_its_own_copy_without_the_harness_files(tmp_path):
+    ws = ws_with(tmp_path, {"impl.py": ADD, "_ponybench.result.json": "{}", "sub/.git/HEAD": "x"})
+    (ws / ".git").mkdir()
+    (ws / "link").symlink_to("impl.py")
+    before = sorted((str(p.relative_to(ws)), p.is_symlink()) for p in ws.rglob("*"))
+    in_the_copy = """
+        import os
+        assert os.getcwd() != {ws!r} and os.path.basename(os.getcwd()) == {name!r}, os.getcwd()
+        assert sorted(os.listdir(".")) == ["impl.py", "link", "sub"], os.listdir(".")
+        assert os.path.isfile("sub/.git/HEAD"), "a nested .git is the agent's: copied"
+        assert os.readlink("link") == "impl.py", "a symlink is copied as a link"
+        assert not os.path.exists("from-the-other-axis"), "the other axis's copy is shared"
+        os.remove("impl.py")
+        open("from-the-other-axis", "w").write("x")
+    """.format(ws=str(ws), name=ws.name)
+    verdicts = checks.run_checks({"correct": textwrap.dedent(in_the_copy), "safe": textwrap.dedent(in_the_copy)},
+                                 ws, "impl.py", 10, leave_out=[".git", "_ponybench.result.json"])
+    assert verdicts == {"correct": checks.Verdict(True, "ok"), "safe": checks.Verdict(True, "ok")}
+    assert sorted((str(p.relative_to(ws)), p.is_symlink()) for p in ws.rglob("*")) == before
+    assert (ws / "impl.py").read_text() == textwrap.dedent(ADD)
