@@ -405,3 +405,16 @@ def test_at_the_harness_s_deadline_the_calls_die_and_what_ended_is_kept(tmp_path
     assert timed_out
     assert [r["result"] for r in proc.results] == [{"ok": True, "reason": "ok"}]
     assert_all_dead([int(pid_file.read_text()), proc.pid], "a call cut short by the harness")
+
+
+def test_ps_tells_the_server_a_supervisor_and_a_check_apart(tmp_path):
+    probe = """
+        import os
+        def comm(pid):
+            return open(f"/proc/{pid}/comm").read().strip()
+        supervisor = os.getppid()
+        server = int(open(f"/proc/{supervisor}/stat").read().rsplit(")", 1)[1].split()[1])
+        assert [comm("self"), comm(supervisor), comm(server)] == ["pony-check", "pony-supervisor", "pony-server"], \\
+            [comm("self"), comm(supervisor), comm(server)]
+    """
+    assert checks.run_check(textwrap.dedent(probe), tmp_path, "correct", None, 30) == checks.Verdict(True, "ok")
