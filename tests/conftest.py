@@ -2,9 +2,16 @@
 import os
 from pathlib import Path
 
+import numpy  # noqa: F401  (see below)
 import pytest
 
 pytest_plugins = ["pytester"]
+
+# numpy (imported by the plugin's stats when a session writes its reports) cannot be imported
+# twice in one process. pytester's in-process runs forget every module first imported during
+# the run, so the second such run in a worker would import numpy again and fail with
+# "cannot load module more than once per process", depending on which tests a worker got
+# first. Imported here, it is loaded before any run and never forgotten.
 
 REPO = Path(__file__).resolve().parents[1]
 
