@@ -2,7 +2,9 @@
 """The plugin against the original script it replaced, on the same stand-in CLI
 (tests/fakes/fake_claude.py) and the same one-task matrix, run interleaved. Prints wall
 time, CPU (every process of the run, reaped here), the share of the ideal wall time and, for
-the plugin, the controller's peak memory; asserts nothing.
+the plugin, the controller's peak memory; asserts nothing. `run` also prints the floor: the
+stand-in started as often with no harness at all (it is a Python program, about 55 ms of CPU
+a start on the 2-core machine this was written on), so what each harness adds is plain.
 
     python bench/vs_script.py run --cells 80 --at-once 4 [--agent-seconds 0] [--repeat 2]
     python bench/vs_script.py run --cells 64 --at-once 4,16,32 --agent-seconds 3
@@ -186,6 +188,26 @@ class Bench:
             "--task", "add", "--arms", "baseline", "--runs", str(cells), "--workers", str(at_once)))]
         return measure(argv, self.script_dir, self.env(agent_seconds))
 
+    def floor(self, cells: int, at_once: int, agent_seconds: float) -> dict:
+        """No harness at all: the stand-in started `cells` times, `at_once` at a time, each in
+        an empty folder. What the stand-in itself costs (an interpreter start, its output), so
+        the least any harness can take for this matrix on this machine."""
+        work = self.tmp / "floor"
+        code = textwrap.dedent(f"""
+            import subprocess, sys
+            from concurrent.futures import ThreadPoolExecutor
+            from pathlib import Path
+            def one(n):
+                folder = Path({str(work)!r}) / str(n)
+                folder.mkdir(parents=True, exist_ok=True)
+                with open(folder / "out.jsonl", "wb") as out:
+                    subprocess.run([{str(self.claude)!r}, "-p", "x", "--output-format", "stream-json", "--verbose"],
+                                   cwd=folder, stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+            with ThreadPoolExecutor({at_once}) as pool:
+                list(pool.map(one, range({cells})))
+        """)
+        return measure([sys.executable, "-c", code], self.tmp, self.env(agent_seconds))
+
     def kept(self) -> bool:
         try:
             return bool(self.last_plugin_run() and self.last_script_run())
@@ -223,10 +245,15 @@ def run_matrix(bench: Bench, args) -> None:
         for attempt in range(args.repeat):
             plugin = bench.plugin(args.cells, at_once, args.agent_seconds)
             script = bench.script(args.cells, at_once, args.agent_seconds)
+            floor = bench.floor(args.cells, at_once, args.agent_seconds)
             print(line("plugin", plugin, ideal, args.cells))
             print(line("script", script, ideal, args.cells))
+            print(line("floor", floor, ideal, args.cells) + "  (the stand-in alone, no harness)")
             print(f"  ratio plugin/script: wall {plugin['wall'] / script['wall']:.2f}, "
-                  f"CPU {plugin['cpu'] / max(script['cpu'], 1e-9):.2f}", flush=True)
+                  f"CPU {plugin['cpu'] / max(script['cpu'], 1e-9):.2f}; harness beyond the floor: "
+                  f"plugin {plugin['wall'] - floor['wall']:+.2f} s wall, {(plugin['cpu'] - floor['cpu']) / args.cells * 1000:.0f} ms CPU/cell; "
+                  f"script {script['wall'] - floor['wall']:+.2f} s wall, {(script['cpu'] - floor['cpu']) / args.cells * 1000:.0f} ms CPU/cell",
+                  flush=True)
 
 
 def rescore(bench: Bench, args) -> None:

@@ -351,7 +351,8 @@ class Controller:
         for line in summary.table_lines(every, state.settings.reference):
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"
-        tr.write_line(f"{verb} {len(self.gathering.cells)} cells; kept in {state.run_dir.path}")
+        at_once = f", {state.settings.at_once} at once per process" if state.settings.at_once > 1 else ""
+        tr.write_line(f"{verb} {len(self.gathering.cells)} cells{at_once}; kept in {state.run_dir.path}")
         if self.written:
             tr.write_line("wrote " + ", ".join(p.name for p in self.written))
         if self.gathering.budget_skipped:

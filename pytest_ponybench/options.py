@@ -116,7 +116,8 @@ INI = {
     "ponybench_max_cost": ("string", "", "US dollars the whole run may spend; no cell starts once finished cells reach it"),
     "ponybench_max_cell_cost": ("string", "", "US dollars one cell may spend (passed to the CLI as --max-budget-usd)"),
     "ponybench_plots": ("bool", False, "draw the plots of report.html (needs matplotlib)"),
-    "ponybench_at_once": ("string", "1", "cells one pytest process runs at once (threads; their agents wait on the model)"),
+    "ponybench_at_once": ("string", "", "cells one pytest process runs at once (threads; their agents wait on the model); "
+                                        "default 1, for a rescore twice the machine's cores"),
     "ponybench_library": ("string", "replace", "how the project's tasks/ and arms/ combine with the shipped library: "
                                                "replace, add or off"),
     "ponybench_retries": ("string", "2", "times a cell that ended as an infra error (the model API failed) runs again"),
@@ -141,7 +142,8 @@ def add_run_options(group) -> None:
                          "[ini ponybench_retries, default 2]")
     group.addoption("--ponybench-at-once", type=positive_int, default=None, metavar="N",
                     help="cells one pytest process runs at once, in threads: 32 cells at once need one "
-                         "process, not 32 xdist workers [ini ponybench_at_once, default 1]")
+                         "process, not 32 xdist workers [ini ponybench_at_once, default 1; for "
+                         "--ponybench-rescore twice the machine's cores]")
 
 
 def plugin_dir(value: str) -> Path:
@@ -263,6 +265,14 @@ class Settings:
     plugins: tuple[Path, ...] = ()  # --ponybench-plugin folders (plugin_arm.py)
 
 
+def default_at_once(rescoring: bool) -> int:
+    """Cells at once when neither the option nor the ini says: one for a run, where each cell
+    spends money and meets the model's rate limits; for a rescore, which calls no model and
+    is bound by its checks' CPU, twice the cores (a cell's harness work and its checks
+    overlap; on 2 cores 4 at once rescored 1,000 cells in half the time of 1)."""
+    return 2 * (os.cpu_count() or 1) if rescoring else 1
+
+
 def _ini_parsed(config, name: str, parse):
     import pytest
 
@@ -323,7 +333,8 @@ def settings(config) -> Settings:
         max_cost=opt.ponybench_max_cost or _ini_optional(config, "ponybench_max_cost", positive_usd),
         max_cell_cost=opt.ponybench_max_cell_cost or _ini_optional(config, "ponybench_max_cell_cost", positive_usd),
         confine=bool(opt.ponybench_confine),
-        at_once=opt.ponybench_at_once or _ini_parsed(config, "ponybench_at_once", positive_int),
+        at_once=(opt.ponybench_at_once or _ini_optional(config, "ponybench_at_once", positive_int)
+                 or default_at_once(rescoring=opt.ponybench_rescore is not None)),
         plots=bool(opt.ponybench_plots or config.getini("ponybench_plots")),
         retries=(opt.ponybench_retries if opt.ponybench_retries is not None
                  else _ini_parsed(config, "ponybench_retries", retry_count)),
