@@ -270,7 +270,7 @@ def judge(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
     that writes (or code under test that does) can neither touch the kept workspace nor the
     other axis. A file the ticket says not to change, changed, fails correct, named."""
     verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout, transcript=ws / workspace.TRANSCRIPT,
-                                 leave_out=workspace.left_out_of_checks(ws))
+                                 ignore=workspace.copy_ignore(ws))
     return checks.with_forbidden(verdicts, checks.forbidden_edits(task, ws))
 
 

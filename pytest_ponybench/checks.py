@@ -42,20 +42,20 @@ def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout:
     faults. `transcript`: the cell's kept transcript, named to the check in
     $PONYBENCH_TRANSCRIPT (the graders of an imported eval case read the agent's tool calls
     there)."""
-    return _run({axis: code}, Path(workspace), entry, timeout, transcript, leave_out=None)[axis]
+    return _run({axis: code}, Path(workspace), entry, timeout, transcript, in_copies=False)[axis]
 
 
 def run_checks(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
-               transcript: Path | None = None, leave_out: list[str] = ()) -> dict[str, Verdict]:
-    """Run a cell's checks, each in its own disposable copy of `workspace` (without the
-    top-level names `leave_out`), so neither a check nor the code it runs can touch the
-    workspace or the other axis; their verdicts by axis.
+               transcript: Path | None = None, ignore=None) -> dict[str, Verdict]:
+    """Run a cell's checks, each in its own disposable copy of `workspace` (`ignore`: what
+    the copies leave out, as for `shutil.copytree`), so neither a check nor the code it runs
+    can touch the workspace or the other axis; their verdicts by axis.
 
     One supervisor runs them one after the other (procs.start_calls): it forks each check
     and kills its tree at `timeout` or when it ends, so a cell pays for one supervisor, not
     one a check. The copies are made here, where copying is cheap: in a freshly forked
     process every page the copying code touches is first copied itself."""
-    return _run(checks, Path(workspace), entry, timeout, transcript, leave_out=list(leave_out))
+    return _run(checks, Path(workspace), entry, timeout, transcript, in_copies=True, ignore=ignore)
 
 
 # Beyond the checks' own deadlines, for the supervisor's own work between them: only a wedged
@@ -64,8 +64,7 @@ SUPERVISOR_ALLOWANCE = 30.0
 
 
 def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
-         transcript: Path | None, leave_out: list[str] | None) -> dict[str, Verdict]:
-    """`leave_out` None: each check in `workspace` itself; else each in a copy, without those."""
+         transcript: Path | None, in_copies: bool, ignore=None) -> dict[str, Verdict]:
     env = {
         **procs.environ_snapshot(),  # cells may run in threads beside pytest's main thread
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace
@@ -79,11 +78,11 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
         for index, axis in enumerate(axes):
             scratch = Path(tmp) / str(index)  # an axis name is a task file's word: not a path
             cwd = workspace
-            if leave_out is None:
-                scratch.mkdir()
-            else:  # the copy keeps the workspace's own name
+            if in_copies:  # the copy keeps the workspace's own name
                 cwd = scratch / workspace.name
-                shutil.copytree(workspace, cwd, symlinks=True, ignore=_top_level(workspace, leave_out))
+                shutil.copytree(workspace, cwd, symlinks=True, ignore=ignore)
+            else:
+                scratch.mkdir()
             verdict = scratch / "verdict.json"
             calls.append({"function": "pytest_ponybench.checks:run_here",
                           "args": [checks[axis], str(verdict), entry or ""], "cwd": str(cwd), "timeout": timeout,
@@ -92,13 +91,6 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
         procs.wait_or_kill(proc, len(calls) * (timeout + SUPERVISOR_ALLOWANCE))
     return {axis: _verdict(axis, timeout, proc.results[i] if i < len(proc.results) else None)
             for i, axis in enumerate(axes)}
-
-
-def _top_level(root: Path, names: list[str]):
-    """A copytree `ignore` that leaves out `names` at the top of `root` only."""
-    def ignore(directory: str, entries: list[str]) -> list[str]:
-        return [n for n in entries if n in names] if Path(directory) == root else []
-    return ignore
 
 
 def _verdict(axis: str, timeout: float, report: dict | None) -> Verdict:

@@ -10,8 +10,8 @@ Every program the harness starts (the agent, a check) runs under a supervisor th
 Supervisors are not new Python interpreters. Each harness process (the controller, an xdist
 worker) starts one *fork server* on first use: `python -m pytest_ponybench.procs --serve`,
 with the check helpers already imported. For each program the server forks a supervisor,
-which forks the program (an `exec`, or for a check the check itself, run in the forked
-process with `checklib` warm). So a child costs two forks, not two interpreter starts.
+which starts the agent (an `exec`) or forks each of a cell's checks (run in the forked
+process with `checklib` warm). So a check costs a fork, not two interpreter starts.
 
 When the harness dies, even by SIGKILL, the kernel closes its end of the server's socket:
 the server reads end-of-file, sends SIGTERM to every supervisor (each sweeps its tree) and
@@ -24,8 +24,9 @@ of a cell cost one supervisor, not one each.
 
 The harness waits on a pipe only the supervisor holds, with the deadline as the timeout of
 `select` (no polling): the supervisor writes the program's exit code to it after its sweep,
-and, for calls, one JSON line per call as each one ends. At a deadline, a Ctrl-C or an exception the harness sends SIGTERM (the supervisor
-sweeps its descendants), then SIGKILLs the whole group as a net. The server reaps each
+and, for calls, one JSON line per call as each one ends. At a deadline, a Ctrl-C or an
+exception the harness sends SIGTERM (the supervisor sweeps its descendants), then SIGKILLs
+the whole group as a net. The server reaps each
 supervisor only after killing what is left of its group, so a group id is never reused
 while anyone may still signal it.
 """
@@ -295,24 +296,14 @@ def start(argv: list[str], env: dict[str, str] | None = None, max_file_size: int
     return _spawn(message, stdin, stdout, stderr, text)
 
 
-def start_call(function: str, args: list, env: dict[str, str] | None = None, max_file_size: int | None = None,
-               cwd=None, stdin=None, stdout=None, stderr=None) -> Child:
-    """Run `function(*args)` ("module:name", a module in WARM_MODULES) in a forked child
-    under a supervisor, like `start`: no interpreter starts, the module is already loaded.
-    The child exits with 0 when the function returns; its environment is `env`."""
-    message = {"op": "call", "function": function, "args": args,
-               "env": environ_snapshot() if env is None else dict(env),
-               "cwd": str(os.getcwd() if cwd is None else cwd), "max_file_size": max_file_size}
-    return _spawn(message, stdin, stdout, stderr)
-
-
 def start_calls(calls: list[dict], env: dict[str, str] | None = None, max_file_size: int | None = None,
                 stdin=None) -> Child:
-    """Run several calls one after the other under one supervisor, each like `start_call`:
-    `function(*args)` in a process of its own, forked from the supervisor, in `cwd`, with
-    `env` and `max_file_size`. Each call is a dict:
+    """Run several calls one after the other under one supervisor, each `function(*args)` in
+    a process of its own, forked from the supervisor with the fork server's warm modules (no
+    interpreter starts), in `cwd`, with environment `env` (default: this process's) and
+    `max_file_size`. Each call is a dict:
 
-    - `function`, `args`, `cwd`: as for `start_call`;
+    - `function`: "module:name", a module of WARM_MODULES; `args`: JSON-safe; `cwd`;
     - `timeout`: seconds; at the deadline the supervisor kills the call's whole tree and
       goes on with the next call (what the call left running dies when it ends, too);
     - `output`: a file for the call's stdout and stderr (default: the supervisor's, /dev/null);
@@ -674,17 +665,8 @@ def _supervisor(message: dict, fds: list[int], server: int) -> None:
             signal.signal(signum, stop)
         if message["op"] == "exec":
             code = _run_program(message, fds)
-        elif message["op"] == "calls":
+        else:  # "calls": a cell's checks, each forked from here with the warm modules
             code = _run_calls(message, fds, status)
-        else:
-            pid = os.fork()  # a check: its own process, with the warm modules of this one
-            if pid == 0:
-                _call(message, fds)
-            for fd in fds[:3]:
-                os.close(fd)
-            _, wait_status = os.waitpid(pid, 0)
-            code = os.waitstatus_to_exitcode(wait_status)
-            code = code if code >= 0 else 128 - code
         sweep()  # what the program left behind: forked servers, setsid escapees
         os.write(status, f"{code}\n".encode())
         os._exit(0)

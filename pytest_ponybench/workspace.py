@@ -104,15 +104,17 @@ def seed_manifest(workspace: Path, fallback: dict[str, str]) -> dict[str, str]:
     return {rel: digest(text) for rel, text in fallback.items()}
 
 
-def left_out_of_checks(workspace: Path) -> list[str]:
-    """The top-level names of a workspace its checks' disposable copies leave out: the
-    harness's own files and the fixture's git data (checks never need them), nothing the
-    agent wrote."""
-    try:
-        names = [entry.name for entry in Path(workspace).iterdir()]
-    except OSError:
-        return []
-    return sorted(n for n in names if n.startswith(HARNESS_PREFIX) or n == ".git")
+def copy_ignore(workspace: Path):
+    """The `shutil.copytree` ignore of a check's disposable copy (checks.run_checks): the
+    harness's own files and the fixture's git data at the top (checks never need them),
+    nothing the agent wrote."""
+    root = Path(workspace)
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        if Path(directory) != root:
+            return []
+        return [n for n in names if n.startswith(HARNESS_PREFIX) or n == ".git"]
+    return ignore
 
 
 def fresh(workspace: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import checklib, checks
+from pytest_ponybench import checklib, checks, workspace
 from support import proc_watch
 
 
@@ -287,7 +287,7 @@ def test_each_check_works_in_its_own_copy_without_the_harness_files(tmp_path):
         open("from-the-other-axis", "w").write("x")
     """.format(ws=str(ws), name=ws.name)
     verdicts = checks.run_checks({"correct": textwrap.dedent(in_the_copy), "safe": textwrap.dedent(in_the_copy)},
-                                 ws, "impl.py", 10, leave_out=[".git", "_ponybench.result.json"])
+                                 ws, "impl.py", 10, ignore=workspace.copy_ignore(ws))
     assert verdicts == {"correct": checks.Verdict(True, "ok"), "safe": checks.Verdict(True, "ok")}
     assert sorted((str(p.relative_to(ws)), p.is_symlink()) for p in ws.rglob("*")) == before
     assert (ws / "impl.py").read_text() == textwrap.dedent(ADD)
