@@ -1,11 +1,12 @@
 """Running a task's checks: untrusted code, in a child process, with a time limit.
 
 The check imports what the agent wrote, and that code may loop, exit, fork, crash or flood
-its output. So each check runs in its own process and session, forked from the warm fork
-server of `procs` (the check helpers already imported: no interpreter start per check), with
-the workspace as working directory, output to a bounded file, a cap on the size of any file
-it writes, and a deadline after which the whole process tree is killed. The verdict comes
-back through a JSON file, never through stdout, which the agent's code controls.
+its output. So each check runs in its own process, forked by its cell's supervisor from the
+warm fork server of `procs` (the check helpers already imported: no interpreter start per
+check), in the supervisor's session, with a copy of the workspace as working directory,
+output to a file whose tail is kept, a cap on the size of any file it writes, and a deadline
+after which its whole process tree is killed. The verdict comes back through a JSON file,
+never through stdout, which the agent's code controls.
 """
 from __future__ import annotations
 
