@@ -66,6 +66,8 @@ SUPERVISOR_ALLOWANCE = 30.0
 
 def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
          transcript: Path | None, in_copies: bool, ignore=None) -> dict[str, Verdict]:
+    if not checks:  # a task without checks: no supervisor to start
+        return {}
     env = {
         **procs.environ_snapshot(),  # cells may run in threads beside pytest's main thread
         "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ left in the kept workspace

@@ -291,3 +291,13 @@ def test_each_check_works_in_its_own_copy_without_the_harness_files(tmp_path):
     assert verdicts == {"correct": checks.Verdict(True, "ok"), "safe": checks.Verdict(True, "ok")}
     assert sorted((str(p.relative_to(ws)), p.is_symlink()) for p in ws.rglob("*")) == before
     assert (ws / "impl.py").read_text() == textwrap.dedent(ADD)
+
+
+def test_no_checks_start_no_process(tmp_path, monkeypatch):
+    ws = ws_with(tmp_path, {"impl.py": ADD})
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a supervisor was started for no check")
+
+    monkeypatch.setattr(checks.procs, "start_calls", refuse)
+    assert checks.run_checks({}, ws, "impl.py", 10) == {}
