@@ -76,11 +76,13 @@ def code_files(workspace: Path, seeded: set[str]) -> list[str]:
     return sorted(found)
 
 
-def workspace_stats(workspace: Path, seeded: set[str] = frozenset(), selfcheck_as_test: bool = False) -> dict:
-    """LOC of the code files in a workspace. With `selfcheck_as_test` (surgical tasks), an
-    in-file self-check (a top-level `if __name__` block or demo/selfcheck function, and all
-    below it) counts as test LOC: leaving a runnable check is good practice, not bloat."""
-    files = code_files(workspace, set(seeded))
+def workspace_stats(workspace: Path, seeded: set[str] = frozenset(), selfcheck_as_test: bool = False,
+                    files: list[str] | None = None) -> dict:
+    """LOC of the code files in a workspace (`files`: its `code_files`, when already listed).
+    With `selfcheck_as_test` (surgical tasks), an in-file self-check (a top-level `if __name__`
+    block or demo/selfcheck function, and all below it) counts as test LOC: leaving a runnable
+    check is good practice, not bloat."""
+    files = code_files(workspace, set(seeded)) if files is None else files
     sources = [f for f in files if not is_test_path(f)]
     tests = [f for f in files if is_test_path(f)]
     test_loc = sum(line_counts(_read_lines(workspace / f))[0] for f in tests)
@@ -175,11 +177,13 @@ def _digest_file(path: Path) -> str | None:
         return None
 
 
-def delivered_files(workspace: Path, seeded: dict[str, str], fixture_files: set[str]) -> list[str]:
+def delivered_files(workspace: Path, seeded: dict[str, str], fixture_files: set[str],
+                    files: list[str] | None = None) -> list[str]:
     """Code files the agent created or changed compared with what was seeded (`seeded`:
-    {path: sha256}); a seeded stub left as it was is not among them."""
-    return [rel for rel in code_files(workspace, fixture_files)
-            if seeded.get(rel) is None or seeded[rel] != _digest_file(workspace / rel)]
+    {path: sha256}); a seeded stub left as it was is not among them. `files`: the
+    workspace's `code_files` without the fixture's, when already listed."""
+    files = code_files(workspace, fixture_files) if files is None else files
+    return [rel for rel in files if seeded.get(rel) is None or seeded[rel] != _digest_file(workspace / rel)]
 
 
 def answer_code_loc(text: str | None) -> tuple[int, int]:
@@ -200,8 +204,9 @@ def cell_stats(workspace: Path, kind: str, fixture_files: set[str], seeded: dict
     the agent created or changed any code file (or, on an open task, answered with code)."""
     if kind == "fixture":
         return diff_stats(workspace)
-    stats = workspace_stats(workspace, fixture_files, selfcheck_as_test=(kind == "surgical"))
-    stats["delivered"] = bool(delivered_files(workspace, seeded, fixture_files))
+    files = code_files(workspace, fixture_files)  # one walk of the workspace for both
+    stats = workspace_stats(workspace, fixture_files, selfcheck_as_test=(kind == "surgical"), files=files)
+    stats["delivered"] = bool(delivered_files(workspace, seeded, fixture_files, files=files))
     if kind == "open" and stats["total_loc"] == 0 and answer:
         total, code = answer_code_loc(answer)
         stats.update(total_loc=total, src_loc=code, src_files=1 if total else 0, delivered=total > 0)
