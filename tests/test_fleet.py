@@ -48,6 +48,22 @@ def harness_files_under(folder: Path) -> list[str]:
 
 # --------------------------------------------------------------------------- through the real CLI
 
+def rehearse_on_hosts(project: Path, claude_bin: str, where: dict, select: str, *extra: str, passed: int,
+                      workers_on_a: int = 1) -> dict:
+    """Rehearse the cells `-k select` picks on remote workers in the folders A and B (A with
+    `workers_on_a` of them); assert that `passed` cells passed. The environment it ran in."""
+    env = {"TMPDIR": str(where["hosttmp"])}
+    on_a = f"{workers_on_a}*popen" if workers_on_a > 1 else "popen"
+    args = ["--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}", *extra,
+            f"--ponybench-dir={project / 'runs'}", *QUIET, "-k", select,
+            "-d", "--tx", f"{on_a}//chdir={where['A']}", "--tx", f"popen//chdir={where['B']}",
+            "--ponybench-remote-workers"]
+    done = run(project, args, env, timeout=400)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert f"{passed} passed" in done.stdout, done.stdout[-3000:]
+    return env
+
+
 
 def test_a_rehearsal_on_remote_workers_brings_every_workspace_home_and_rescores_the_same(tmp_path, claude_bin):
     where = hosts(tmp_path, "A", "B")
@@ -59,14 +75,7 @@ def test_a_rehearsal_on_remote_workers_brings_every_workspace_home_and_rescores_
     # travel with the settings, or the workers would collect all four arms.
     (project / "pyproject.toml").write_text(
         '[tool.pytest.ini_options]\ntestpaths = ["tasks"]\nponybench_arms_list = "baseline,small-diff"\n')
-    env = {"TMPDIR": str(where["hosttmp"])}
-    args = ["--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}",
-            f"--ponybench-dir={project / 'runs'}", *QUIET, "-k", "csv_total or notes_health",
-            "-d", "--tx", f"2*popen//chdir={where['A']}", "--tx", f"popen//chdir={where['B']}",
-            "--ponybench-remote-workers"]
-    done = run(project, args, env, timeout=400)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "4 passed" in done.stdout, done.stdout[-3000:]
+    env = rehearse_on_hosts(project, claude_bin, where, "csv_total or notes_health", passed=4, workers_on_a=2)
     run_dir = only_run_dir(project)
 
     ran = results(run_dir)
@@ -110,14 +119,7 @@ def test_a_project_with_no_tasks_of_its_own_runs_the_shipped_library_on_remote_w
     where = hosts(tmp_path, "A", "B")
     project = tmp_path / "plugin-repo"
     project.mkdir()
-    env = {"TMPDIR": str(where["hosttmp"])}
-    args = ["--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}", "--arms=baseline",
-            f"--ponybench-dir={project / 'runs'}", *QUIET, "-k", "csv_total or sql_lookup",
-            "-d", "--tx", f"popen//chdir={where['A']}", "--tx", f"popen//chdir={where['B']}",
-            "--ponybench-remote-workers"]
-    done = run(project, args, env, timeout=400)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "2 passed" in done.stdout, done.stdout[-3000:]
+    rehearse_on_hosts(project, claude_bin, where, "csv_total or sql_lookup", "--arms=baseline", passed=2)
     ran = results(only_run_dir(project))
     assert sorted(r["cell"] for r in ran) == ["csv_total__baseline__haiku__0", "sql_lookup__baseline__haiku__0"]
     assert all(r["passed"] for r in ran)
