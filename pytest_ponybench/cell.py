@@ -10,8 +10,11 @@ rescore of an unchanged run gives the same figures every time.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,8 +273,26 @@ def judge(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
     that writes (or code under test that does) can neither touch the kept workspace nor the
     other axis. A file the ticket says not to change, changed, fails correct, named."""
     verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout, transcript=ws / workspace.TRANSCRIPT,
-                                 ignore=workspace.copy_ignore(ws))
+                                 ignore=workspace.copy_ignore(ws), reference=reference_workspace(task))
     return checks.with_forbidden(verdicts, checks.forbidden_edits(task, ws))
+
+
+_references: dict[tuple[str, str], Path] = {}
+
+
+def reference_workspace(task: TaskSpec) -> Path | None:
+    """A workspace seeded with the task's good reference, for checks that compare with it
+    (`load_reference`); made once per process and task version, and copied for each check.
+    None when no check of the task reads it."""
+    if task.refs is None or not any("load_reference" in code for code in task.checks.values()):
+        return None
+    key = (task.name, task.spec_hash)
+    if key not in _references:
+        root = Path(tempfile.mkdtemp(prefix=f"ponybench-reference-{task.name}-"))
+        atexit.register(shutil.rmtree, root, True)
+        workspace.seed(task, root / "reference", files=task.refs.good)
+        _references[key] = root / "reference"
+    return _references[key]
 
 
 def failure_line(record: dict) -> str | None:

@@ -27,30 +27,63 @@ Names:
   `check_header_injection`, `check_html_contexts`, and their payload lists)
 - `notes_app_regressions(ordered=True, server=True)`: re-test the notes-app fixture's existing
   behaviour (see regressions.py), for fixture tasks
+
+Following the ticket rather than a list of payloads (docs/writing-tasks.md):
+- `@check`: a named check. A function of the check code decorated with `@check` runs after
+  the code itself, in order; the first that fails fails the axis, and the verdict names it.
+  A task's `review:` lines name the checks that cover them (`safe.keyed_on_the_client`).
+- `load_reference(path=FILE)`: the task's good reference (`refs.good`), imported from its own
+  copy, for differential checks
+- `differential(delivered, reference, *strategies, examples=150, same=None, what=None)`: call
+  both on the same generated arguments (Hypothesis, derandomized: the same code always gets
+  the same verdict) and fail on the first disagreement, shrunk to the plainest input: a
+  different value or type, or one refusing (raising) where the other does not
+- `inputs`: one strategy per input class (inputs.py): `inputs.text()`, `inputs.ip_address()`,
+  `inputs.decimal_amount()`, `inputs.binary()`, `inputs.csv_field()`, ...; `st`: Hypothesis's
+  strategies
+- the environment as an input: `time_zone(name)` (and `TIME_ZONES`, far from UTC both ways),
+  `fake_clock(start)` (time.time, time.monotonic and datetime.now move only when the check
+  says `clock.advance(seconds)`), `elsewhere()` (another working directory, non-ASCII),
+  `non_ascii_copy()` (the workspace copied under a non-ASCII path; `load(path, root=...)`)
+- entry points as a user would run them: `find_class(module, method, *names)` (the class the
+  ticket names first), `find_programs(language, hint)` (`python -m package`, scripts with a
+  shebang and no `.py`, `node` entry files and the modules that start a server)
 """
 from __future__ import annotations
 
+import contextlib
+import copy
+import datetime as _datetime
 import importlib.util
 import itertools
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
-from . import batteries
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from . import batteries, inputs
 
 WORKSPACE = Path.cwd()
+REFERENCE: Path | None = None  # the good reference's own copy, when the task has one (checks.run_here)
 _counter = itertools.count()
 _processes: list[subprocess.Popen] = []
 
 
-def load(path, name=None):
-    target = (WORKSPACE / path).resolve()
+def load(path, name=None, root=None):
+    target = (Path(root or WORKSPACE) / path).resolve()
     assert target.is_file(), f"{path} was not written"
     module_name = name or f"_pony_{target.stem}_{next(_counter)}"
     spec = importlib.util.spec_from_file_location(module_name, target)
@@ -69,11 +102,18 @@ def find_function(module, *names):
     raise AssertionError(f"no function named any of {', '.join(names)}")
 
 
-def find_class(module, method):
+def find_class(module, method, *names):
+    """The class the ticket names (the first of `names` the module has, with `method`), else
+    the first class defined in the module with `method`: a helper class with the same method
+    name, defined first, is not taken for the one the ticket asks for."""
+    for name in names:
+        value = getattr(module, name, None)
+        if isinstance(value, type) and callable(getattr(value, method, None)):
+            return value
     for value in vars(module).values():
         if isinstance(value, type) and value.__module__ == module.__name__ and callable(getattr(value, method, None)):
             return value
-    raise AssertionError(f"no class with a method {method}()")
+    raise AssertionError(f"no class {'named ' + ' or '.join(names) + ' ' if names else ''}with a method {method}()")
 
 
 def free_port() -> int:
@@ -123,22 +163,366 @@ def http(method, url, body=None, headers=None, timeout=5):
         return err.code, dict(err.headers), err.read()
 
 
+# Named checks ---------------------------------------------------------------------------
+
+_named_checks: list = []
+
+
+def check(function):
+    """Register `function` as a named check of this axis (run after the check code, in order)."""
+    _named_checks.append(function)
+    return function
+
+
+def run_named_checks() -> None:
+    """Run the registered checks in order; the first failure names its check (checks.run_here)."""
+    for function in list(_named_checks):
+        try:
+            function()
+        except NamedCheckFailed:
+            raise
+        except BaseException as exc:
+            raise NamedCheckFailed(function.__name__, exc) from exc
+
+
+class NamedCheckFailed(Exception):
+    def __init__(self, name: str, error: BaseException):
+        super().__init__(name)
+        self.name, self.error = name, error
+
+
+# Differential checks ----------------------------------------------------------------------
+
+DIFFERENTIAL_EXAMPLES = 150  # per differential: enough to reach the corners, well inside a check's 30 s
+
+
+def load_reference(path=None, name=None):
+    """The good reference's module (its own copy: nothing the delivered code does to its own
+    files reaches it)."""
+    assert REFERENCE is not None, "this task has no good reference to compare with (refs.good)"
+    return load(path or _entry, name=name, root=REFERENCE)
+
+
+_entry: str | None = None  # the task's entry file, for load_reference()
+
+
+def _outcome(function, args, refused):
+    try:
+        return ("value", function(*copy.deepcopy(args)))
+    except refused as exc:
+        return ("refused", exc)
+
+
+def same_value(want, got) -> bool:
+    """Equal and of the same kind: a Decimal is not a float, True is not 1, a str is not bytes;
+    a list and a tuple holding the same are the same sequence."""
+    if isinstance(want, bool) or isinstance(got, bool):
+        return type(want) is type(got) and want == got
+    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
+        return len(want) == len(got) and all(same_value(w, g) for w, g in zip(want, got))
+    if isinstance(want, dict) and isinstance(got, dict):
+        return want.keys() == got.keys() and all(same_value(want[k], got[k]) for k in want)
+    kinds = (Decimal, float, int, str, bytes)
+    for kind in kinds:
+        if isinstance(want, kind) or isinstance(got, kind):
+            return isinstance(want, kind) and isinstance(got, kind) and want == got
+    return want == got
+
+
+def _short(value, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _said(outcome) -> str:
+    kind, value = outcome
+    if kind == "value":
+        return f"returns {_short(value)}"
+    return f"refuses it ({type(value).__name__}: {_short(str(value), 100)})"
+
+
+class _Disagreement(Exception):
+    pass
+
+
+def differential(delivered, reference, *strategies, examples: int = DIFFERENTIAL_EXAMPLES, same=None,
+                 what: str | None = None, refused=Exception) -> int:
+    """Assert that `delivered` and `reference` agree on every generated argument tuple (one
+    strategy per positional argument); the number of inputs tried when they do.
+
+    Agreeing: both return values `same` accepts (default `same_value`), or both refuse
+    (raise one of `refused`). Hypothesis draws the inputs derandomized and without an
+    example database, so a verdict depends on the code alone, and shrinks a disagreement to
+    the plainest input before it is reported. A scenario (a sequence of calls on one
+    instance, a clock moving between them) is a function of its drawn steps: pass functions
+    that play it and return what was observed."""
+    same = same or same_value
+    label = what or getattr(delivered, "__name__", "the function")
+    seen: list = []
+    tried = [0]
+
+    @settings(derandomize=True, database=None, deadline=None, max_examples=examples, print_blob=False,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+              phases=(Phase.explicit, Phase.generate, Phase.shrink))
+    @given(st.tuples(*strategies))
+    def trial(args):
+        tried[0] += 1
+        want = _outcome(reference, args, refused)
+        got = _outcome(delivered, args, refused)
+        agree = (want[0] == got[0] == "refused") or (want[0] == got[0] == "value" and same(want[1], got[1]))
+        if not agree:
+            seen.append((args, want, got))
+            raise _Disagreement()
+
+    try:
+        trial()
+    except BaseException as exc:
+        if not seen:  # not a disagreement: the delivered code (or the check) broke the trial
+            raise
+        if not isinstance(exc, _Disagreement) and not any(isinstance(e, _Disagreement) for e in _leaves(exc)):
+            raise
+        args, want, got = seen[-1]  # the last one seen is the shrunk one
+        shown = ", ".join(_short(a, 120) for a in args)
+        raise AssertionError(f"{label}({shown}): the reference {_said(want)}, the delivered code {_said(got)}") from None
+    return tried[0]
+
+
+def _leaves(exc: BaseException):
+    for inner in getattr(exc, "exceptions", ()) or ():
+        yield inner
+        yield from _leaves(inner)
+
+
+# The environment as an input ----------------------------------------------------------------
+
+# Far from UTC both ways, with the odd offsets naive code forgets: UTC+14, UTC-3:30, UTC+5:45, UTC-11.
+TIME_ZONES = ("Pacific/Kiritimati", "America/St_Johns", "Asia/Kathmandu", "Pacific/Pago_Pago")
+
+
+@contextlib.contextmanager
+def time_zone(name: str):
+    """Run the block with the process's local time zone set to `name`."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield name
+    finally:
+        if before is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+@dataclass
+class Clock:
+    """A clock that moves only when told: `now` is seconds since the epoch (UTC)."""
+
+    now: float
+    monotonic: float = 10_000.0
+    calls: int = field(default=0)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.monotonic += seconds
+
+
+@contextlib.contextmanager
+def fake_clock(start: float = 1_704_067_200.0):
+    """Run the block with time.time, time.monotonic (and their _ns forms), datetime.now,
+    utcnow and date.today reading `Clock.now`; default start 2024-01-01T00:00:00Z. Load the
+    delivered module inside the block: `from datetime import datetime` then takes the fake."""
+    clock = Clock(now=start)
+    real_datetime, real_date = _datetime.datetime, _datetime.date
+
+    class FakeDatetime(real_datetime):
+        @classmethod
+        def now(cls, tz=None):
+            clock.calls += 1
+            return real_datetime.fromtimestamp(clock.now, tz) if tz else real_datetime.fromtimestamp(clock.now)
+
+        @classmethod
+        def utcnow(cls):
+            return real_datetime.fromtimestamp(clock.now, _datetime.timezone.utc).replace(tzinfo=None)
+
+        @classmethod
+        def today(cls):
+            return cls.now()
+
+    class FakeDate(real_date):
+        @classmethod
+        def today(cls):
+            return real_date.fromtimestamp(clock.now)
+
+    patches = {"time": lambda: clock.now, "time_ns": lambda: int(clock.now * 1e9),
+               "monotonic": lambda: clock.monotonic, "monotonic_ns": lambda: int(clock.monotonic * 1e9)}
+    saved = {name: getattr(time, name) for name in patches}
+    try:
+        for name, function in patches.items():
+            setattr(time, name, function)
+        _datetime.datetime, _datetime.date = FakeDatetime, FakeDate
+        yield clock
+    finally:
+        for name, function in saved.items():
+            setattr(time, name, function)
+        _datetime.datetime, _datetime.date = real_datetime, real_date
+
+
+NON_ASCII_DIR = "répertoire ü 測試"
+
+
+@contextlib.contextmanager
+def elsewhere():
+    """Run the block in another, empty working directory whose path is not ASCII."""
+    before = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="ponybench-elsewhere-") as tmp:
+        here = Path(tmp) / NON_ASCII_DIR
+        here.mkdir()
+        os.chdir(here)
+        try:
+            yield here
+        finally:
+            os.chdir(before)
+
+
+def non_ascii_copy() -> Path:
+    """A copy of the workspace under a non-ASCII path (removed when the check ends)."""
+    tmp = tempfile.mkdtemp(prefix="ponybench-copy-")
+    _scratch.append(tmp)
+    target = Path(tmp) / NON_ASCII_DIR
+    shutil.copytree(WORKSPACE, target, symlinks=True)
+    return target
+
+
+_scratch: list[str] = []
+
+
+# Entry points as a user runs them -------------------------------------------------------------
+
+SKIP_DIRS = {"node_modules", ".git", "__pycache__", ".venv", "venv", "env", ".tox", "dist", "build", "coverage"}
+
+
+@dataclass(frozen=True)
+class Program:
+    """One way to start the delivered program: `argv` before the user's arguments, run in the
+    user's folder with `env` added (PYTHONPATH for a package run with -m)."""
+
+    name: str  # how a message names it: "todo.py", "python -m todo", "./todo"
+    argv: tuple[str, ...]
+    env: dict = field(default_factory=dict)
+
+    def run(self, *args, cwd=None, timeout: float = 10, input: str | None = None, env=None):
+        try:
+            return subprocess.run([*self.argv, *map(str, args)], cwd=cwd or WORKSPACE, capture_output=True, text=True,
+                                  timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                                  env={**os.environ, **self.env, **(env or {})})
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"`{self.name} {' '.join(map(str, args))}` did not finish within {timeout:g} s") from None
+
+
+def _files(suffixes) -> list[Path]:
+    return sorted(p for p in WORKSPACE.rglob("*") if p.is_file() and not SKIP_DIRS & set(p.relative_to(WORKSPACE).parts)
+                  and not p.name.startswith("_ponybench") and (p.suffix in suffixes))
+
+
+def is_test_file(path: Path) -> bool:
+    parts = set(Path(path).parts)
+    name = Path(path).name
+    return (name.startswith("test_") or name.endswith(("_test.py", "conftest.py")) or ".test." in name
+            or ".spec." in name or bool(parts & {"test", "tests", "__tests__"}))
+
+
+def _shebang(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(200)
+    except OSError:
+        return ""
+    return first.decode("utf-8", "replace").strip() if first.startswith(b"#!") else ""
+
+
+def find_programs(language: str = "python", hint: str = "") -> list[Program]:
+    """Every reasonable way the workspace's program is meant to be started, most likely first
+    (names holding `hint` ahead): for Python, packages with a __main__.py (`python -m`),
+    scripts with a main guard, sys.argv or argparse, and scripts without `.py` whose shebang
+    names Python; for Node, package.json's start script and main, then files that create a
+    server or require one that does. Test files are never a program."""
+    found: list[Program] = []
+    hint = hint.lower()
+    if language == "python":
+        for main in _files({".py"}):
+            if main.name == "__main__.py" and not is_test_file(main.relative_to(WORKSPACE)):
+                package = main.parent.relative_to(WORKSPACE)
+                if str(package) != ".":
+                    found.append(Program(f"python -m {'.'.join(package.parts)}",
+                                         (sys.executable, "-m", ".".join(package.parts)),
+                                         {"PYTHONPATH": str(WORKSPACE)}))
+        for path in _files({".py", ""}):
+            rel = path.relative_to(WORKSPACE)
+            if is_test_file(rel) or path.name == "__main__.py" or path.name == "setup.py":
+                continue
+            if path.suffix == "" and "python" not in _shebang(path):
+                continue
+            text = path.read_text(errors="replace")
+            if path.suffix == ".py" and not ("__main__" in text or "sys.argv" in text or "argparse" in text
+                                             or "click" in text or "typer" in text):
+                continue
+            found.append(Program(str(rel), (sys.executable, str(path)), {"PYTHONPATH": str(path.parent)}))
+    elif language == "node":
+        names: list[str] = []
+        package = WORKSPACE / "package.json"
+        if package.is_file():
+            try:
+                meta = json.loads(package.read_text())
+                start = (meta.get("scripts") or {}).get("start", "")
+                names += [w for w in start.split() if w.endswith((".js", ".mjs", ".cjs"))]
+                names.append(str(meta.get("main") or ""))
+            except (ValueError, AttributeError):
+                pass
+        scripts = [p for p in _files({".js", ".mjs", ".cjs"}) if not is_test_file(p.relative_to(WORKSPACE))]
+        servers = [p for p in scripts if "createServer" in p.read_text(errors="replace")
+                   or re.search(r"\blisten\s*\(", p.read_text(errors="replace"))]
+        server_stems = {p.stem for p in servers}
+        starters = [p for p in scripts if p not in servers and any(
+            re.search(rf"""(require\s*\(|from\s+|import\s*\()\s*['"]\./{re.escape(stem)}(\.c?m?js)?['"]""",
+                      p.read_text(errors="replace")) for stem in server_stems)]
+        names += [str(p.relative_to(WORKSPACE)) for p in starters + servers]
+        names = [n.removeprefix("./") for n in names]
+        for index, name in enumerate(names):
+            if name and name not in names[:index] and (WORKSPACE / name).is_file():
+                found.append(Program(f"node {name}", ("node", str(WORKSPACE / name))))
+    else:
+        raise ValueError(f"find_programs: language {language!r} is not python or node")
+    found.sort(key=lambda p: hint not in p.name.lower() if hint else False)
+    return found
+
+
 def cleanup() -> None:
     for proc in _processes:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     _processes.clear()
+    for tmp in _scratch:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _scratch.clear()
 
 
 def namespace(entry: str | None) -> dict:
     from .regressions import notes_app_regressions  # it uses this module's helpers
 
+    global _entry
+    _entry = entry
     return {
         "__name__": "__ponybench_check__", "Path": Path,
         "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
         "start_process": start_process, "http": http,
+        "check": check, "load_reference": load_reference, "differential": differential, "same_value": same_value,
+        "inputs": inputs, "st": st, "time_zone": time_zone, "TIME_ZONES": TIME_ZONES, "fake_clock": fake_clock,
+        "elsewhere": elsewhere, "non_ascii_copy": non_ascii_copy, "find_programs": find_programs,
+        "is_test_file": is_test_file,
         **{name: getattr(batteries, name) for name in batteries.NAMES},
         "notes_app_regressions": notes_app_regressions,
     }

@@ -35,28 +35,32 @@ FILE_SIZE_LIMIT = 64 * 1024 * 1024  # a check (and the code it runs) writes no l
 class Verdict:
     ok: bool
     reason: str  # "ok", or one sentence saying why the check failed
+    check: str = ""  # the named check (`@check`) that failed, when one did
 
 
 def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float,
-              transcript: Path | None = None) -> Verdict:
+              transcript: Path | None = None, reference: Path | None = None) -> Verdict:
     """Run one check in `workspace` itself and return its verdict; never raises for agent
     faults. `transcript`: the cell's kept transcript, named to the check in
     $PONYBENCH_TRANSCRIPT (the graders of an imported eval case read the agent's tool calls
     there)."""
-    return _run({axis: code}, Path(workspace), entry, timeout, transcript, in_copies=False)[axis]
+    return _run({axis: code}, Path(workspace), entry, timeout, transcript, in_copies=False,
+                reference=reference)[axis]
 
 
 def run_checks(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
-               transcript: Path | None = None, ignore=None) -> dict[str, Verdict]:
+               transcript: Path | None = None, ignore=None, reference: Path | None = None) -> dict[str, Verdict]:
     """Run a cell's checks, each in its own disposable copy of `workspace` (`ignore`: what
     the copies leave out, as for `shutil.copytree`), so neither a check nor the code it runs
-    can touch the workspace or the other axis; their verdicts by axis.
+    can touch the workspace or the other axis; their verdicts by axis. `reference`: a
+    workspace seeded with the good reference, copied for each check (`load_reference`).
 
     One supervisor runs them one after the other (procs.start_calls): it forks each check
     and kills its tree at `timeout` or when it ends, so a cell pays for one supervisor, not
     one a check. The copies are made here, where copying is cheap: in a freshly forked
     process every page the copying code touches is first copied itself."""
-    return _run(checks, Path(workspace), entry, timeout, transcript, in_copies=True, ignore=ignore)
+    return _run(checks, Path(workspace), entry, timeout, transcript, in_copies=True, ignore=ignore,
+                reference=reference)
 
 
 # Beyond the checks' own deadlines, for the supervisor's own work between them: only a wedged
@@ -65,7 +69,7 @@ SUPERVISOR_ALLOWANCE = 30.0
 
 
 def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
-         transcript: Path | None, in_copies: bool, ignore=None) -> dict[str, Verdict]:
+         transcript: Path | None, in_copies: bool, ignore=None, reference: Path | None = None) -> dict[str, Verdict]:
     if not checks:  # a task without checks: no supervisor to start
         return {}
     env = {
@@ -86,9 +90,14 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
                 shutil.copytree(workspace, cwd, symlinks=True, ignore=ignore)
             else:
                 scratch.mkdir()
+            own_reference = ""
+            if reference is not None:  # its own copy: a check's code cannot change another's reference
+                own_reference = str(scratch / "reference" / workspace.name)
+                shutil.copytree(reference, own_reference, symlinks=True)
             verdict = scratch / "verdict.json"
             calls.append({"function": "pytest_ponybench.checks:run_here",
-                          "args": [checks[axis], str(verdict), entry or ""], "cwd": str(cwd), "timeout": timeout,
+                          "args": [checks[axis], str(verdict), entry or "", own_reference],
+                          "cwd": str(cwd), "timeout": timeout,
                           "result": str(verdict), "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT})
         proc = procs.start_calls(calls, env=env, max_file_size=FILE_SIZE_LIMIT, stdin=subprocess.DEVNULL)
         procs.wait_or_kill(proc, len(calls) * (timeout + SUPERVISOR_ALLOWANCE))
@@ -102,7 +111,7 @@ def _verdict(axis: str, timeout: float, report: dict | None) -> Verdict:
         return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
     result = report.get("result")
     if isinstance(result, dict) and "ok" in result and "reason" in result:
-        return Verdict(bool(result["ok"]), str(result["reason"]))
+        return Verdict(bool(result["ok"]), str(result["reason"]), str(result.get("check") or ""))
     tail = str(report.get("tail") or "").splitlines()
     last = f": {tail[-1][:300]}" if tail else ""
     return Verdict(False, f"{axis} check process ended with exit code {report.get('code')} "
@@ -152,17 +161,21 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def run_here(code: str, verdict_path: str, entry: str) -> None:
+def run_here(code: str, verdict_path: str, entry: str, reference: str = "") -> None:
     """The check's own process (forked, in the workspace): run the check code with the
-    helper API, write the verdict, leave at once."""
+    helper API, then its named checks in order, write the verdict, leave at once."""
     from . import checklib  # with its imports, before an agent's json.py or http.py can shadow them
 
     sys.dont_write_bytecode = True  # no __pycache__ left in the kept workspace
     checklib.WORKSPACE = Path.cwd()  # the module was imported once, in the fork server's directory
+    checklib.REFERENCE = Path(reference) if reference else None
     sys.path.insert(0, os.getcwd())  # the agent's modules import each other by name
     try:
         exec(compile(code, "<check>", "exec"), checklib.namespace(entry or None))
+        checklib.run_named_checks()
         verdict = {"ok": True, "reason": "ok"}
+    except checklib.NamedCheckFailed as failed:
+        verdict = {"ok": False, "reason": _reason(failed.error), "check": failed.name}
     except BaseException as exc:  # the agent's code may raise anything, SystemExit included
         verdict = {"ok": False, "reason": _reason(exc)}
     finally:
@@ -176,4 +189,5 @@ def run_here(code: str, verdict_path: str, entry: str) -> None:
 
 
 if __name__ == "__main__":  # by hand: python -m pytest_ponybench.checks CHECK.py VERDICT.json [ENTRY]
-    run_here(Path(sys.argv[1]).read_text(encoding="utf-8"), sys.argv[2], (sys.argv[3:] or [""])[0])
+    run_here(Path(sys.argv[1]).read_text(encoding="utf-8"), sys.argv[2], (sys.argv[3:] or [""])[0],
+             (sys.argv[4:] or [""])[0])
