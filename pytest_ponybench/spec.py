@@ -40,6 +40,8 @@ TASK_FIELDS = {
     "rehearsal": "{relative path: content} the scripted model writes in rehearsal",
     "forbidden": "seeded or fixture files the ticket says not to change (changing one fails correct)",
     "rehearsal_fault": "what the scripted model does wrong in rehearsal: 429, 529, 500, 401, 403, stall or cut, ':N' for the first N requests",
+    "review": "what a reviewer blocks a merge for, one {requirement: ..., check: axis.name} per line",
+    "equivalent_mutants": "{mutant id: why it changes no behaviour}: survivors of the mutation score",
 }
 ARM_FIELDS = {
     "description": "one line for humans",
@@ -51,6 +53,27 @@ ARM_FIELDS = {
 
 class SpecError(Exception):
     """A task or arm spec that cannot be used, said in one sentence."""
+
+
+@dataclass(frozen=True)
+class ReviewLine:
+    """One thing a senior reviewer would block the merge for, and the named checks
+    (`axis.function`, functions decorated with `@check`) that catch its violation."""
+
+    requirement: str
+    checks: tuple[str, ...] = ()
+
+
+def named_checks(code: str) -> list[str]:
+    """The functions of a check's code decorated with `@check`, in order."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    return [node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(isinstance(d, ast.Name) and d.id == "check" for d in node.decorator_list)]
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,8 @@ class TaskSpec:
     spec_hash: str = ""
     forbidden: tuple[str, ...] = ()  # files the ticket says not to change
     rehearsal_fault: str = ""  # rehearsal only: the fault the scripted model plays (rehearsal.parse_fault)
+    review: tuple["ReviewLine", ...] = ()  # what the reviewer checks, each line naming its checks
+    equivalent_mutants: dict[str, str] = field(default_factory=dict)  # mutant id -> why it is equivalent
 
     @property
     def kind(self) -> str:
@@ -301,12 +326,47 @@ def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
     forbidden = _forbidden(path, raw, seed, fixture)
     fault = _rehearsal_fault(path, raw)
     description = raw.get("description") or ""
+    review = _review(path, raw, checks)
+    equivalent = raw.get("equivalent_mutants") or {}
+    if not isinstance(equivalent, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
+                                                   for k, v in equivalent.items()):
+        raise SpecError(f"{path}: field 'equivalent_mutants': must map a mutant id (as the selftest prints it) "
+                        f"to one line saying why it changes no behaviour")
     return TaskSpec(
         name=name, path=path, prompt=prompt, file=entry, seed=seed, fixture=fixture, open=open_,
         checks=dict(checks), refs=refs, tags=tuple(tags), check_timeout=float(timeout),
         rehearsal=rehearsal, description=str(description), spec_hash=_short_hash(raw),
-        forbidden=forbidden, rehearsal_fault=fault,
+        forbidden=forbidden, rehearsal_fault=fault, review=review, equivalent_mutants=dict(equivalent),
     )
+
+
+def _review(path: Path, raw: dict, checks: dict) -> tuple[ReviewLine, ...]:
+    value = raw.get("review")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SpecError(f"{path}: field 'review': must be a list of {{requirement: ..., check: axis.name}}")
+    named = {axis: set(named_checks(code)) for axis, code in checks.items()}
+    lines = []
+    for index, entry in enumerate(value):
+        where = f"{path}: field 'review[{index}]'"
+        if not isinstance(entry, dict) or not isinstance(entry.get("requirement"), str) or not entry["requirement"].strip():
+            raise SpecError(f"{where}: must be a mapping with 'requirement' (one line) and 'check' (axis.name)")
+        unknown = set(entry) - {"requirement", "check"}
+        if unknown:
+            raise SpecError(f"{where}: unknown key '{sorted(unknown)[0]}'; use requirement and check")
+        covering = entry.get("check") or []
+        covering = [covering] if isinstance(covering, str) else covering
+        if not isinstance(covering, list) or not all(isinstance(c, str) for c in covering):
+            raise SpecError(f"{where}: 'check' must be axis.name or a list of them")
+        for name in covering:
+            axis, _, function = name.partition(".")
+            if axis not in named or function not in named[axis]:
+                have = ", ".join(f"{a}.{f}" for a in named for f in sorted(named[a])) or "none"
+                raise SpecError(f"{where}: '{name}' is not a named check; write it as axis.function with the function "
+                                f"decorated with @check in checks.<axis> (named checks: {have})")
+        lines.append(ReviewLine(entry["requirement"].strip(), tuple(covering)))
+    return tuple(lines)
 
 
 def _rehearsal_fault(path: Path, raw: dict) -> str:
