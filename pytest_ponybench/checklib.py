@@ -483,11 +483,12 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
         scripts = [p for p in _files({".js", ".mjs", ".cjs"}) if not is_test_file(p.relative_to(WORKSPACE))]
         servers = [p for p in scripts if "createServer" in p.read_text(errors="replace")
                    or re.search(r"\blisten\s*\(", p.read_text(errors="replace"))]
-        server_stems = {p.stem for p in servers}
-        starters = [p for p in scripts if p not in servers and any(
-            re.search(rf"""(require\s*\(|from\s+|import\s*\()\s*['"]\./{re.escape(stem)}(\.c?m?js)?['"]""",
-                      p.read_text(errors="replace")) for stem in server_stems)]
-        names += [str(p.relative_to(WORKSPACE)) for p in starters + servers]
+        # A file that requires a server module is how the server is started (index.js doing
+        # `require('./app').listen(...)`), even when it calls listen itself: it comes first.
+        starters = [p for p in scripts if any(
+            q != p and re.search(rf"""(require\s*\(|from\s+|import\s*\()\s*['"]\./{re.escape(q.stem)}(\.c?m?js)?['"]""",
+                                 p.read_text(errors="replace")) for q in servers)]
+        names += [str(p.relative_to(WORKSPACE)) for p in starters + [s for s in servers if s not in starters]]
         names = [n.removeprefix("./") for n in names]
         for index, name in enumerate(names):
             if name and name not in names[:index] and (WORKSPACE / name).is_file():

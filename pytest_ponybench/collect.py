@@ -5,6 +5,9 @@ sorted order (every xdist worker must collect the same items), and `repr_failure
 plain sentence for an expected failure instead of a traceback.
 
 - `SelftestItem` (marker `selftest`): one reference of a gated task scores as it must.
+- `ReviewItem` (marker `selftest`): every line of a task's `review:` list names a check.
+- `MutantsItem` (marker `selftest`): a gated task's checks kill 90% of its good reference's
+  mutants, every survivor listed as equivalent (mutation.py).
 - `HarnessItem` (marker `selftest`): one of the harness's own instruments holds.
 - `CellItem` (marker `ponybench` and the task's tags): one task x arm x model x run.
 """
@@ -58,6 +61,9 @@ class TaskFile(pytest.File):
         if task.gated:
             for side in ("good", "bad"):
                 yield SelftestItem.from_parent(self, name=f"selftest-{side}", task=task, side=side)
+            yield MutantsItem.from_parent(self, name="selftest-mutants", task=task)
+        if task.review:
+            yield ReviewItem.from_parent(self, name="selftest-review", task=task)
         if state.settings.rescore is not None:
             for cell, ws in state.rescore_cells(task):
                 yield CellItem.from_parent(self, name=cell.id, cell=cell, state=state, rescore_workspace=ws)
@@ -124,6 +130,52 @@ class SelftestItem(_PlainFailure, pytest.Item):
 
     def reportinfo(self):
         return self.path, 0, f"{self.task.name}: {self.side} reference"
+
+
+class ReviewItem(_PlainFailure, pytest.Item):
+    """What the reviewer checks, written down: a `review:` line that names no check is a
+    requirement nothing enforces."""
+
+    def __init__(self, *, task: TaskSpec, **kwargs):
+        super().__init__(**kwargs)
+        self.task = task
+        self.add_marker("selftest")
+
+    def runtest(self):
+        uncovered = [line.requirement for line in self.task.review if not line.checks]
+        self.user_properties.extend([("review_lines", len(self.task.review)), ("review_uncovered", len(uncovered))])
+        if uncovered:
+            raise CellFailed(f"{self.task.path}: {len(uncovered)} review line(s) name no check: "
+                             + "; ".join(repr(u) for u in uncovered)
+                             + " (give each a `check: axis.name` of a function decorated with @check)")
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.task.name}: review lines covered"
+
+
+class MutantsItem(_PlainFailure, pytest.Item):
+    """The mutation score of a gated task's checks (mutation.py), remembered by the proof
+    cache like a reference proof: a rerun judges only the mutants whose inputs changed."""
+
+    def __init__(self, *, task: TaskSpec, **kwargs):
+        super().__init__(**kwargs)
+        self.task = task
+        self.add_marker("selftest")
+
+    def runtest(self):
+        from . import mutation
+
+        result = mutation.score(self.task, cache=instruments.cache_dir(),
+                                harness=instruments.harness_fingerprint(""))
+        self.user_properties.append(("mutation_score", mutation.line(result)))
+        if result.problem.startswith("no mutable"):
+            pytest.skip(f"{self.task.name}: mutation score not measured: {result.problem}")
+        problems = mutation.problems(result)
+        if problems:
+            raise CellFailed(f"{self.task.path}: mutation score {mutation.line(result)}:\n  " + "\n  ".join(problems))
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.task.name}: mutation score of the checks"
 
 
 class HarnessItem(_PlainFailure, pytest.Item):

@@ -75,7 +75,8 @@ def prove_tree_kill() -> str | None:
 
 CACHE_ENV = "PONYBENCH_CACHE_DIR"  # where proofs are remembered; "off" remembers nothing
 # The harness code a proof's outcome depends on: a change to any of them proves everything again.
-HARNESS_SOURCES = ("checks.py", "checklib.py", "procs.py", "workspace.py", "instruments.py", "spec.py")
+HARNESS_SOURCES = ("checks.py", "checklib.py", "inputs.py", "batteries.py", "regressions.py", "procs.py", "workspace.py",
+                   "instruments.py", "spec.py", "mutation.py")
 
 
 def cache_dir() -> Path | None:

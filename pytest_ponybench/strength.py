@@ -210,13 +210,26 @@ def load_tasks(tasks_dir: Path, fixtures_dir: Path, names: set[str] | None = Non
     return tasks
 
 
-def table_lines(strengths: list[TaskStrength]) -> list[str]:
-    """A plain table: per task, the caught and accepted counts, then every misjudged variant."""
-    width = max([len(s.task) for s in strengths] + [4])
-    lines = [f"{'task':<{width}}  caught  accepted"]
-    for s in strengths:
-        flag = "" if not s.misjudged else "  <- check too weak or too strict"
-        lines.append(f"{s.task:<{width}}  {s.caught:>2}/{s.caught_total:<3}  {s.accepted:>2}/{s.accepted_total:<3}{flag}")
+def table_lines(strengths: list[TaskStrength], mutants: dict[str, str] | None = None,
+                reviews: dict[str, str] | None = None) -> list[str]:
+    """A plain table: per task, the caught and accepted counts (and, after a selftest, the
+    mutation score and the review lines covered), then every misjudged variant. A figure
+    that was not measured is `-`, never a pass."""
+    mutants, reviews = mutants or {}, reviews or {}
+    by_task = {s.task: s for s in strengths}
+    names = sorted(set(by_task) | set(mutants) | set(reviews))
+    width = max([len(n) for n in names] + [4])
+    extra = bool(mutants or reviews)
+    lines = [f"{'task':<{width}}  caught  accepted" + ("  review  mutants killed" if extra else "")]
+    for name in names:
+        s = by_task.get(name)
+        caught = f"{s.caught:>2}/{s.caught_total:<3}" if s else f"{'-':>6}"
+        accepted = f"{s.accepted:>2}/{s.accepted_total:<3}" if s else f"{'-':>6}"
+        row = f"{name:<{width}}  {caught}  {accepted:<8}"
+        if extra:
+            row += f"  {reviews.get(name, '-'):<6}  {mutants.get(name, '-')}"
+        flag = "" if not (s and s.misjudged) else "  <- check too weak or too strict"
+        lines.append(row.rstrip() + flag)
     for s in strengths:
         for j in s.misjudged:
             v = j.variant
@@ -230,7 +243,8 @@ def table_lines(strengths: list[TaskStrength]) -> list[str]:
 
 class StrengthSection:
     """After a `-m selftest` session, a terminal section: per task, how many variants under
-    tests/variants/ the checks catch and accept. A plugin on the controller (or the one
+    tests/variants/ the checks catch and accept, how many review lines name a check, and the
+    mutation score (from the selftest-review and selftest-mutants reports). A plugin on the controller (or the one
     process), which sees every worker's reports; silent in any other kind of session, so a
     full test run does not judge every variant twice."""
 
@@ -238,6 +252,8 @@ class StrengthSection:
         self.settings = settings
         self.tasks: set[str] = set()  # tasks whose references were proven
         self.other = False  # anything but a reference's selftest ran: not a selftest session
+        self.mutants: dict[str, str] = {}  # task -> "killed/measured (ratio)", from selftest-mutants
+        self.reviews: dict[str, str] = {}  # task -> "covered/lines", from selftest-review
 
     def pytest_runtest_logreport(self, report):
         if report.when != "call":
@@ -245,22 +261,30 @@ class StrengthSection:
         if "selftest" not in report.keywords:
             self.other = True
         elif report.nodeid.split("::")[-1].startswith("selftest-"):
-            self.tasks.add(Path(report.nodeid.split("::")[0]).stem)
+            task = Path(report.nodeid.split("::")[0]).stem
+            self.tasks.add(task)
+            properties = dict(report.user_properties)
+            if "mutation_score" in properties:
+                self.mutants[task] = str(properties["mutation_score"])
+            if "review_lines" in properties:
+                total = int(properties["review_lines"])
+                self.reviews[task] = f"{total - int(properties.get('review_uncovered', 0))}/{total}"
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         variants_dir = Path(config.rootpath) / VARIANTS_DIR
-        if not self.tasks or self.other or not variants_dir.is_dir():
+        if not self.tasks or self.other:
             return
         tr = terminalreporter
-        tasks = load_tasks(self.settings.tasks_dir, self.settings.fixtures_dir, self.tasks)
-        try:
-            strengths = measure(tasks, variants_dir)
-        except SpecError as exc:
-            tr.write_sep("=", "check strength")
-            tr.write_line(f"variants not loaded: {exc}", red=True)
+        strengths: list[TaskStrength] = []
+        if variants_dir.is_dir():
+            tasks = load_tasks(self.settings.tasks_dir, self.settings.fixtures_dir, self.tasks)
+            try:
+                strengths = measure(tasks, variants_dir)
+            except SpecError as exc:
+                tr.write_sep("=", "check strength")
+                tr.write_line(f"variants not loaded: {exc}", red=True)
+        if not strengths and not self.mutants and not self.reviews:
             return
-        if not strengths:
-            return
-        tr.write_sep("=", "check strength (tests/variants)")
-        for line in table_lines(strengths):
-            tr.write_line(line, red=line.startswith("  "))
+        tr.write_sep("=", "check strength (tests/variants, review lines, mutants)")
+        for line in table_lines(strengths, self.mutants, self.reviews):
+            tr.write_line(line, red=line.startswith("  ") or "<-" in line)
