@@ -1,7 +1,11 @@
 """How strong is each task's check? Judge every variant under tests/variants/ and print, per
 task, how many wrong implementations its checks catch and how many correct ones they accept.
 
-    python bench/check_strength.py [TASK ...]
+    python bench/check_strength.py [TASK ...] [--variants DIR] [--tasks DIR]
+
+--variants: another folder of variants files (tests/redteam/ holds implementations written
+from the ticket alone by a reviewer who never saw the checks); --tasks: another tasks folder
+(the task files of an earlier commit, to count what the checks caught before a change).
 
 Variants are judged exactly like references (seeded into a temporary workspace, every check
 run in a child process). Prints the table, each misjudged variant, the time taken, and the
@@ -18,10 +22,22 @@ from pytest_ponybench import strength
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _option(args: list[str], name: str, default: Path) -> Path:
+    if name in args:
+        at = args.index(name)
+        value = Path(args[at + 1]).resolve()
+        del args[at:at + 2]
+        return value
+    return default
+
+
 def main() -> int:
-    names = set(sys.argv[1:]) or None
-    tasks = strength.load_tasks(REPO / "tasks", REPO / "fixtures", names)
-    files = strength.variant_files(REPO / strength.VARIANTS_DIR)
+    args = sys.argv[1:]
+    variants_dir = _option(args, "--variants", REPO / strength.VARIANTS_DIR)
+    tasks_dir = _option(args, "--tasks", REPO / "tasks")
+    names = set(args) or None
+    tasks = strength.load_tasks(tasks_dir, tasks_dir.parent / "fixtures", names)
+    files = strength.variant_files(variants_dir)
     jobs = [(task, v) for task in tasks if task.name in files for v in strength.load_variants(files[task.name])]
 
     def judge_timed(job):
