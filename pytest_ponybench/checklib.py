@@ -135,10 +135,11 @@ def wait_port(port: int, timeout: float = 10, process: subprocess.Popen | None =
     raise AssertionError(f"nothing listened on port {port} within {timeout} s")
 
 
-def start_process(argv, port=None, timeout=10, env=None):
-    """Start a program in the check's own process group, so killing the check kills it too."""
+def start_process(argv, port=None, timeout=10, env=None, cwd=None):
+    """Start a program in the check's own process group, so killing the check kills it too;
+    in the workspace, or `cwd` (the reference's copy, for a differential of two servers)."""
     proc = subprocess.Popen(
-        [str(a) for a in argv], cwd=WORKSPACE, env={**os.environ, **(env or {})},
+        [str(a) for a in argv], cwd=cwd or WORKSPACE, env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     _processes.append(proc)
@@ -259,7 +260,7 @@ def differential(delivered, reference, *strategies, examples: int = DIFFERENTIAL
     same = same or same_value
     label = what or getattr(delivered, "__name__", "the function")
     seen: list = []
-    tried = [0]
+    tried, values, refusals = [0], [0], []  # inputs tried; the reference's values and refusals
 
     @settings(derandomize=True, database=None, deadline=None, max_examples=examples, print_blob=False,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
@@ -270,6 +271,10 @@ def differential(delivered, reference, *strategies, examples: int = DIFFERENTIAL
         want = _outcome(reference, args, refused)
         got = _outcome(delivered, args, refused)
         agree = (want[0] == got[0] == "refused") or (want[0] == got[0] == "value" and same(want[1], got[1]))
+        if want[0] == "value":
+            values[0] += 1
+        elif len(refusals) < 1000:
+            refusals.append(want[1])
         if not agree:
             seen.append((args, want, got))
             raise _Disagreement()
@@ -279,12 +284,22 @@ def differential(delivered, reference, *strategies, examples: int = DIFFERENTIAL
     except BaseException as exc:
         if not seen:  # not a disagreement: the delivered code (or the check) broke the trial
             raise
-        if not isinstance(exc, _Disagreement) and not any(isinstance(e, _Disagreement) for e in _leaves(exc)):
-            raise
-        args, want, got = seen[-1]  # the last one seen is the shrunk one
-        shown = ", ".join(_short(a, 120) for a in args)
-        raise AssertionError(f"{label}({shown}): the reference {_said(want)}, the delivered code {_said(got)}") from None
+        _raise_disagreement(exc, seen, label)
+    if values[0] == 0 and refusals and all(isinstance(e, TypeError) for e in refusals):
+        # Both sides "agreed" by refusing every input with a TypeError: the check calls them
+        # wrongly (a request passed as one argument, say), and would pass any code at all.
+        raise AssertionError(f"check error: the reference refused every generated input of {label} with a TypeError "
+                             f"({_short(str(refusals[0]), 120)}): the check calls it with the wrong arguments")
     return tried[0]
+
+
+def _raise_disagreement(exc: BaseException, seen: list, label: str) -> None:
+    """Report the shrunk disagreement; anything else the trial raised goes up as it was."""
+    if not isinstance(exc, _Disagreement) and not any(isinstance(e, _Disagreement) for e in _leaves(exc)):
+        raise exc
+    args, want, got = seen[-1]  # the last one seen is the shrunk one
+    shown = ", ".join(_short(a, 120) for a in args)
+    raise AssertionError(f"{label}({shown}): the reference {_said(want)}, the delivered code {_said(got)}") from None
 
 
 def _leaves(exc: BaseException):

@@ -128,6 +128,18 @@ def test_a_type_that_differs_is_a_disagreement_and_both_refusing_agree(tmp_path)
     assert verdict.ok, verdict.reason
 
 
+def test_a_check_that_calls_both_sides_wrongly_is_a_check_error_not_agreement(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "impl.py").write_text("def handle(method, path):\n    return 200\n")
+    # One drawn request passed as one argument: both sides raise TypeError on every input.
+    check = "m = load(FILE)\ndifferential(m.handle, m.handle, st.tuples(st.just('GET'), st.text()), examples=20)\n"
+    verdict = checks.run_check(check, ws, "correct", "impl.py", 30)
+    assert not verdict.ok and verdict.reason.startswith("check error: the reference refused every generated input"), verdict.reason
+    fixed = "m = load(FILE)\ndifferential(m.handle, m.handle, st.just('GET'), st.text(), examples=20)\n"
+    assert checks.run_check(fixed, ws, "correct", "impl.py", 30).ok
+
+
 def test_a_check_without_a_reference_says_so(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
