@@ -70,6 +70,13 @@ def workspace_of(record: dict, run_dir: Path) -> Path | None:
     return None
 
 
+def _axis(record: dict, axis: str) -> str:
+    """A cell's figure (0/1 on an axis, a LOC count), '-' where it was not measured (no check
+    on the axis, or the agent never ran)."""
+    value = record.get(axis)
+    return "-" if value is None else str(value)
+
+
 def cells_html(records: Sequence[dict], run_dir: Path) -> str:
     headers = ["cell", "status", "correct", "safe", "total_loc", "cost", "out tokens",
                "duration", "workspace", "transcript", "error"]
@@ -88,8 +95,8 @@ def cells_html(records: Sequence[dict], run_dir: Path) -> str:
         duration = r.get("duration_ms")
         cell_name = r.get("cell") or "__".join(stats.name_of(r, k) for k in ("task", "arm", "model", "run"))
         values = [html.escape(str(cell_name)), html.escape(str(r.get("status") or "-")),
-                  html.escape(str(r.get("correct", "-"))), html.escape(str(r.get("safe", "-"))),
-                  html.escape(str(r.get("total_loc", "-"))),
+                  html.escape(_axis(r, "correct")), html.escape(_axis(r, "safe")),
+                  html.escape(_axis(r, "total_loc")),
                   html.escape(fmt_cost(r.get("cost_usd") if isinstance(r.get("cost_usd"), (int, float)) else None)),
                   html.escape(str(r.get("out_tokens") if r.get("out_tokens") is not None else "-")),
                   html.escape(f"{duration / 1000:.0f} s" if isinstance(duration, (int, float)) else "-"),

@@ -47,8 +47,18 @@ def fmt_cost(value: float | None) -> str:
     return "-" if value is None else f"${value:.3f}"
 
 
+NOT_MEASURED = "not measured"  # stats.NOT_MEASURED, without importing numpy for the cell tables
+
+
+def not_measured(estimate: Estimate) -> bool:
+    """No number because no cell had a check on the axis (not for want of runs)."""
+    return estimate.value is None and estimate.verdict.startswith(NOT_MEASURED)
+
+
 def fmt_points(estimate: Estimate) -> str:
     """A rate difference in percentage points with its interval: '+25 pp [-20, +60]'."""
+    if not_measured(estimate):
+        return "-"
     if estimate.value is None:
         return "too few runs" if "runs" in estimate.verdict else "too few data"
     return (f"{estimate.value * 100:+.0f} pp "
@@ -84,6 +94,9 @@ def fmt_p(estimate: Estimate) -> str:
 def verdict_of(named: Sequence[tuple[str, Estimate]]) -> str:
     """One short line: the findings, or why there is none."""
     findings, too_few = [], []
+    named = [(name, e) for name, e in named if not not_measured(e)]  # nothing to say about it
+    if not named:
+        return NOT_MEASURED
     for name, estimate in named:
         if estimate.value is None or estimate.low is None:  # no number, or no interval
             too_few.append(f"{name}: {estimate.verdict}")
@@ -120,8 +133,8 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
             rows.append([
                 arm + (" (reference)" if arm == reference else ""),
                 str(t.measured) + (f" (+{t.cells - t.measured})" if t.cells > t.measured else ""),
-                fmt_count(t.correct, t.measured),
-                fmt_count(t.safe, t.measured),
+                fmt_count(t.correct, t.correct_n),  # '-' where the task has no check on the axis
+                fmt_count(t.safe, t.safe_n),
                 fmt_count(t.delivered, t.measured),
                 fmt_number(median(locs) if locs else None),
                 fmt_number(mean(tokens) if tokens else None),
@@ -284,6 +297,8 @@ def rate_pair(old: float | None, new: float | None) -> str:
 
 
 def change_points(estimate: Estimate) -> str:
+    if not_measured(estimate):
+        return "-"
     if estimate.value is None:
         return "too few runs"
     text = (f"{estimate.value * 100:+.0f} pp [{estimate.low * 100:+.0f}, "

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from support.ponyproject import DOUBLE_TASK
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +71,8 @@ def test_prompt_and_plugin_arms_reach_the_model_and_score(project):
     by_arm = {r["arm"]: r for r in records(project.path / "runs")}
     assert set(by_arm) == {"baseline", "terse", "ctx"}
     for record in by_arm.values():
-        assert (record["status"], record["correct"], record["safe"]) == ("finished", 1, 1)
+        # the task has a correct check and no safe check: safe is not measured (None), not 1
+        assert (record["status"], record["correct"], record["safe"]) == ("finished", 1, None)
         assert record["claude_version"] == "2.1.328"
         assert record["cost_usd"] > 0 and record["out_tokens"] > 0 and record["turns"] >= 2
         assert "Bash" not in record["tools"].split(",")
@@ -202,6 +204,9 @@ def test_every_shipped_task_and_arm_rehearses(pytester, claude_bin):
     tasks = {p.stem for p in (REPO / "tasks").glob("*.yaml")}
     assert {(r["task"], r["arm"]) for r in found} == {(t, a) for t in tasks for a in arms}
     gated = [r for r in found if r["kind"] == "surgical"]
-    assert gated and all(r["correct"] == 1 and r["safe"] == 1 for r in gated)
+    assert gated and all(r["correct"] == 1 for r in gated)
+    # safe is 1 exactly where the task has a safe check, and not measured (None) elsewhere
+    with_safe = {p.stem for p in (REPO / "tasks").glob("*.yaml") if "safe" in (yaml.safe_load(p.read_text()).get("checks") or {})}
+    assert with_safe and all(r["safe"] == (1 if r["task"] in with_safe else None) for r in found)
     for arm in sorted(arms):
         result.stdout.fnmatch_lines([f"arm {arm}: proven*"])

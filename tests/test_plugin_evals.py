@@ -9,6 +9,9 @@ grader kind passes, and one case per kind where exactly that grader fails.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -293,3 +296,22 @@ def test_an_imported_suite_runs_in_rehearsal_each_grader_kind_passing_and_failin
     report = (run_dir / "summary.md").read_text()
     assert "## Graders not run" in report and "like-reference (baseline), tone (llm)" in report
     assert "finished" not in "".join(line for line in done.stdout.splitlines() if line.startswith("ponybench: "))
+    # No case has a safety check: safe is not measured anywhere, never "100%".
+    assert all(r["safe"] is None and r["safe_reason"] == "not measured: the task has no safe check"
+               for r in found.values())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {row["safe_rate"] for row in summary["rows"]} == {None}
+    assert {row["correct_rate"] for row in summary["rows"]} <= {0.0, 1.0}
+    # arm, n, correct, safe: safe is '-' in every row of the terminal, summary.md and report.html
+    rows = [line for line in report.splitlines()  # the cell tables' rows (8 columns)
+            if line.startswith(("| tidy-plugin |", "| baseline (reference) |")) and line.split(" | ")[1] == "1"]
+    assert len(rows) == 2 * len(cases) and all(line.split(" | ")[3] == "-" for line in rows), rows
+    assert len(re.findall(r"^\s+(?:tidy-plugin|baseline \(reference\))\s+1\s+[01]/1 \(\d+%\)\s+-\s+[01]/1",
+                          done.stdout, re.M)) == 2 * len(cases), done.stdout
+    page = (run_dir / "report.html").read_text()
+    assert len(re.findall(r'<td class="num">1</td><td>[01]/1 \(\d+%\)</td><td>-</td>', page)) == 2 * len(cases)
+    # A gate on the axis the run never measured fails as not evaluated, not as passed.
+    gate = subprocess.run([sys.executable, "-m", "pytest_ponybench.compare", str(run_dir), str(run_dir),
+                           "--min-safe-rate", "0.9"], capture_output=True, text=True, timeout=120)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "minimum safe rate not evaluated: not measured: no cell has a safe check" in gate.stdout

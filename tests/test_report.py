@@ -287,3 +287,23 @@ def test_a_rehearsal_says_so_in_both_reports(tmp_path, rehearsal):
     for text in (markdown, page):
         assert ("REHEARSAL: a scripted model on 127.0.0.1" in text) is rehearsal
     assert "**" not in page  # Markdown emphasis never leaks into the HTML
+
+
+def test_an_axis_without_a_check_shows_no_rate_in_any_table(tmp_path):
+    # Every cell of the run: safe not measured (None), as a task without a safe check gives.
+    run_dir, records = make_run(tmp_path)
+    records = [dict(r, safe=None) for r in records]
+    report.write_reports(run_dir, records)
+    md = (run_dir / "summary.md").read_text()
+    _, rows = table_rows(md, "t1 · haiku")
+    assert [row[3] for row in rows] == ["-", "-"] and rows[1][2] == "4/4 (100%)"
+    _, rows = table_rows(md, "Arms against `baseline`, per task")
+    by_task = {row[0]: row for row in rows}
+    assert by_task["t1"][6:8] == ["-", "-"]  # safe Δ and its p: nothing measured, no test
+    assert by_task["t2"][9] == "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
+    assert "(3 tests)" in md  # correct on t1..t3; no safe test counted in Holm's family
+    _, (row,) = table_rows(md, "Arms against `baseline`, pooled over tasks")
+    assert row[5:7] == ["-", "-"]
+    page = (run_dir / "report.html").read_text()
+    assert "<td>1</td><td>-</td>" in page  # the cells table: correct 1, safe '-'
+    assert "None" not in page
