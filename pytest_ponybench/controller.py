@@ -275,9 +275,12 @@ class Controller:
         if settings.rehearse:
             line += "; every dollar figure of a rehearsal is simulated"
         self.write(line)
-        for memory in agent.memory_files_above(run_dir.path):
-            self.write(f"ponybench: warning: {memory} is above the run directory, so the CLI puts it in front of "
-                       f"the model in every cell of every arm; keep runs elsewhere (--ponybench-dir=/tmp/runs)")
+        # CLAUDE.md files and auto-memory are off in every cell (agent.ISOLATION_ENV); a
+        # project's skills, agents and commands above the run directory are not.
+        for setup in agent.setup_above(run_dir.path):
+            self.write(f"ponybench: warning: {setup} is above the run directory, so the CLI puts what it holds "
+                       f"in front of the model in every cell of every arm; keep runs elsewhere "
+                       f"(--ponybench-dir=/tmp/ponybench-runs)")
         self.progress = self.make_progress(len(cells))
 
     def make_progress(self, total: int) -> progress.ProgressPrinter:
