@@ -105,6 +105,29 @@ class Gathering:
         return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots)
 
 
+def plugin_problems(state) -> list[str]:
+    """Every plugin the run will load, checked before any cell (plugin_arm.plugin_problems):
+    a manifest the CLI would not load or a hook script that cannot run would make every cell
+    of its arm fail after paying for it. A plugin that is not found at all stays a `not_run`
+    of its arm's cells, as before: that costs nothing."""
+    from . import plugin_arm
+    from .spec import resolve_plugin_dir
+
+    found, seen = [], set()
+    for arm in state.selected_arms():
+        if not arm.plugin:
+            continue
+        try:
+            folder = resolve_plugin_dir(arm, state.settings.arms_dir)
+        except SpecError:
+            continue
+        if folder in seen:
+            continue
+        seen.add(folder)
+        found += [f"arm '{arm.name}': {problem}" for problem in plugin_arm.plugin_problems(Path(folder))]
+    return found
+
+
 def run_options(state, tasks: list) -> dict:
     """What a run is made of, stored in run.json: a resume must make the same kind of cells."""
     s = state.settings
@@ -165,6 +188,9 @@ class Controller:
                     state.evals is not None)
             except ValueError as exc:
                 raise pytest.UsageError(f"{', '.join(remote)}: {exc}") from None
+        broken = plugin_problems(state)
+        if broken:
+            raise pytest.UsageError("a plugin of this run is broken; no cell was started:\n  " + "\n  ".join(broken))
         try:
             state.claude = agent.find_claude(state.settings.claude, config.rootpath)
             state.claude_version = agent.claude_version(state.claude)

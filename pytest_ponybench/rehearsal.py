@@ -665,6 +665,18 @@ class RehearsalPlugin:
 
     def pytest_ponybench_prove_arm(self, cell, workspace, transcript) -> str:
         appended, context = self._arm_texts(cell.arm)
+        if cell.arm.plugin:
+            from .proof import failed_hook
+            from .spec import SpecError, resolve_plugin_dir
+
+            try:
+                plugin_dir = resolve_plugin_dir(cell.arm, self.arms_dir)
+            except SpecError:
+                plugin_dir = None
+            broken = failed_hook(cell.arm.name, plugin_dir, transcript.hooks)
+            if broken:  # quoted as in a real run: why the arm's text never reached the model
+                self.model.forget(cell.id)
+                return broken
         if cell.arm.plugin and not context:
             return (f"arm '{cell.arm.name}' has nothing that can prove it reached the model: give it "
                     f"`proof:` strings (its SessionStart context) or a plugin with skills")

@@ -98,6 +98,22 @@ def test_an_arm_whose_text_never_arrives_is_not_proven(project):
     assert "PONYBENCH-SILENT-MARKER-0b6f" in silent["error"]
 
 
+def test_in_rehearsal_a_failing_hook_is_quoted_with_its_stderr(project):
+    project.arm("baseline", "description: nothing added\n")
+    project.arm("failing", f"""\
+        plugin: {PLUGINS / 'failing-plugin'}
+        proof: ["failing-plugin is active"]
+    """)
+    result = project.run()
+    result.assert_outcomes(passed=1, failed=1)
+    (failing,) = [r for r in records(project.path / "runs") if r["arm"] == "failing"]
+    assert failing["status"] == "arm_unproven"
+    # As in a real run: the hook, its exit code and its stderr, not only "the text is missing".
+    assert failing["error"].startswith("the hook SessionStart:startup of the plugin of arm 'failing' failed "
+                                       "(exit code 1"), failing["error"]
+    assert failing["error"].endswith("so the arm was not applied: failing-plugin: cannot read its settings")
+
+
 def test_an_arm_whose_prompt_is_swallowed_is_not_proven(project, tmp_path):
     """As if a CLI release ignored --append-system-prompt: a wrapper drops the flag before the
     real binary sees it. The cells still finish, but no arm's text reached the model."""

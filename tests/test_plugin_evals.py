@@ -19,7 +19,7 @@ import yaml
 
 from pytest_ponybench import graders, plugin_arm, plugin_evals
 from pytest_ponybench.spec import SpecError
-from support.benchproc import QUIET, results, run
+from support.benchproc import QUIET, bench_args, fake_env, results, run
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK_TEXT = "tidy-plugin is on: keep every function under twenty lines."
@@ -103,6 +103,67 @@ def test_ponybench_plugin_naming_no_plugin_is_an_option_error(tmp_path):
     assert done.returncode == pytest.ExitCode.USAGE_ERROR
     assert f"--ponybench-plugin: {tmp_path} is not a Claude Code plugin: it has no .claude-plugin/plugin.json" \
         in done.stderr
+
+
+def hooks_json(root: Path, command: str, event: str = "SessionStart") -> None:
+    (root / "hooks").mkdir(exist_ok=True)
+    (root / "hooks" / "hooks.json").write_text(json.dumps(
+        {"hooks": {event: [{"hooks": [{"type": "command", "command": command}]}]}}))
+
+
+def test_a_sound_plugin_has_no_problem(tmp_path):
+    plugin = write_plugin(tmp_path / "p")
+    (plugin / "hooks" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (plugin / "hooks" / "run.sh").chmod(0o755)
+    hooks_json(plugin, "${CLAUDE_PLUGIN_ROOT}/hooks/run.sh --quiet", event="PreToolUse")
+    assert plugin_arm.plugin_problems(plugin) == []
+    assert plugin_arm.plugin_problems(write_plugin(tmp_path / "q")) == []  # sh script.sh: no +x needed
+
+
+@pytest.mark.parametrize("breakage, problem", [
+    ("no-name", '.claude-plugin/plugin.json: no "name": the CLI does not load a plugin without one, so every cell '
+                'of its arm would run without it; add "name": "p"'),
+    ("not-executable", "hooks/start.sh: not executable, so the SessionStart hook of {root}/hooks/hooks.json fails "
+                       "(Permission denied); run chmod +x on it, or start the command with its interpreter"),
+    ("missing-script", "hooks/hooks.json: the SessionStart hook runs {root}/hooks/gone.sh, which does not exist in the plugin"),
+    ("bad-hooks-json", "hooks/hooks.json: not valid JSON"),
+])
+def test_a_broken_plugin_is_one_sentence_naming_the_file(tmp_path, breakage, problem):
+    plugin = write_plugin(tmp_path / "p")
+    root = plugin.resolve()
+    if breakage == "no-name":
+        (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps({"version": "1.0.0"}))
+    elif breakage == "not-executable":
+        hooks_json(plugin, "${CLAUDE_PLUGIN_ROOT}/hooks/start.sh")
+    elif breakage == "missing-script":
+        hooks_json(plugin, "bash ${CLAUDE_PLUGIN_ROOT}/hooks/gone.sh")
+    else:
+        (plugin / "hooks" / "hooks.json").write_text("{not json")
+    (found,) = plugin_arm.plugin_problems(plugin)
+    assert found.startswith(str(root / problem.split(":")[0])), found
+    assert problem.format(root=root).split(":", 1)[1] in found, found
+
+
+def test_a_plugin_without_a_name_stops_the_run_before_its_first_cell(tmp_path):
+    plugin = write_plugin(tmp_path / "p")
+    (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps({"version": "1.0.0"}))
+    env = fake_env(tmp_path)
+    done = run(tmp_path, bench_args(tmp_path, f"--ponybench-plugin={plugin}"), env)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:]
+    assert f'{plugin.resolve() / ".claude-plugin" / "plugin.json"}: no "name"' in done.stderr
+    assert not (tmp_path / "calls.jsonl").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_yaml_arm_whose_hook_script_cannot_run_stops_the_run_before_its_first_cell(tmp_path):
+    plugin = write_plugin(tmp_path / "arms" / "plugins" / "tidy")
+    hooks_json(plugin, "${CLAUDE_PLUGIN_ROOT}/hooks/start.sh")  # run directly, without +x
+    (tmp_path / "arms" / "tidy.yaml").write_text(f"plugin: plugins/tidy\nproof: [{json.dumps(HOOK_TEXT)}]\n")
+    (tmp_path / "arms" / "baseline.yaml").write_text("description: as it comes\n")
+    done = run(tmp_path, bench_args(tmp_path, "-n", "2"), fake_env(tmp_path))
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:]
+    assert "a plugin of this run is broken; no cell was started:" in done.stderr
+    assert f"arm 'tidy': {plugin.resolve() / 'hooks' / 'start.sh'}: not executable" in done.stderr
+    assert not (tmp_path / "calls.jsonl").exists()
 
 
 # --------------------------------------------------------------------------- graders, unit
