@@ -98,6 +98,8 @@ class Gathering:
             "infra_errors": records.infra_share(every)[0],
             "infra": tables.infra_rows(every),
             "activity": tables.activity_rows(every),
+            # Per task x arm: each failed cell's one-line reason, the most frequent first.
+            "failures": tables.failure_rows(every),
         }
         write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
         from . import report  # numpy: only when a report is written, never when pytest loads the plugin

@@ -13,7 +13,7 @@ from . import stats
 from .stats import ArmStats
 from .workspace import TRANSCRIPT
 from .tables import (HOW_TO_READ, Table, activity_lines, cell_tables, fmt_cost, comparison_table, consistency_table,
-                     header_lines, infra_lines, pooled_table)
+                     failure_sections, header_lines, infra_lines, pooled_table)
 
 
 
@@ -113,6 +113,11 @@ def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats
     body += [f"<p>{inline_code(line)}</p>" for line in header_lines(records, reference)]
     body.append("<h2>Results per task x model</h2>")
     body += [html_table(t) for t in cell_tables(records, reference)]
+    failures = failure_sections(records)
+    if failures:
+        body.append('<h2>Why cells failed</h2>\n<div id="failures">' + "".join(
+            f"<h3>{inline_code(heading)}</h3><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
+            for heading, lines in failures) + "</div>")
     for title, lines, list_id in (("Infra errors", infra_lines(records), "infra"),
                                   ("What the arms made the agent do", activity_lines(records), "activity")):
         if lines:

@@ -425,3 +425,39 @@ def activity_lines(records: Sequence[dict]) -> list[str]:
         lines.append(f"arm `{r['arm']}` · {r['model']}: {fired}; reads per cell {r['reads_per_cell']:g}; "
                      f"edits per cell {r['edits_per_cell']:g}; tool calls per cell: {tools}")
     return lines
+
+
+# --------------------------------------------------------------------------- why cells failed
+
+FAILURE_EXCERPT = 300  # a reason longer than this is cut: the cell's record keeps it whole
+
+
+def failure_rows(records: Sequence[dict]) -> list[dict]:
+    """Per task x arm with a failed cell: the cells, the failed ones, and each distinct
+    one-line reason with how many cells it failed, the most frequent first. Infra errors are
+    not failures of the arm (their own section lists them)."""
+    rows = []
+    for (task, arm), cells in records_.group_by(records, "task", "arm").items():
+        failed = [r for r in cells if r.get("passed") is False and not records_.is_infra(r)]
+        if not failed:
+            continue
+        reasons: dict[str, int] = {}
+        for r in failed:
+            reason = " ".join(str(r.get("failure") or r.get("error") or "no reason recorded").split())
+            if len(reason) > FAILURE_EXCERPT:
+                reason = reason[:FAILURE_EXCERPT - 3] + "..."
+            reasons[reason] = reasons.get(reason, 0) + 1
+        ordered = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+        rows.append({"task": task, "arm": arm, "cells": len(cells), "failed": len(failed),
+                     "reasons": [{"reason": reason, "cells": n} for reason, n in ordered]})
+    return rows
+
+
+def failure_sections(records: Sequence[dict]) -> list[tuple[str, list[str]]]:
+    """(heading, reason lines) per task x arm, for summary.md and report.html."""
+    sections = []
+    for row in failure_rows(records):
+        heading = f"{row['task']} · {row['arm']}: {row['failed']} of {row['cells']} cells failed"
+        lines = [f"{r['cells']} {'cell' if r['cells'] == 1 else 'cells'}: {r['reason']}" for r in row["reasons"]]
+        sections.append((heading, lines))
+    return sections

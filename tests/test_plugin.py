@@ -242,6 +242,12 @@ def test_summary_json_rows(main_runs):
     assert (ghost["correct_rate"], ghost["safe_rate"], ghost["wrote_file_rate"]) == (None, None, None)
     assert ghost["total_loc_median"] is None and ghost["cost_mean"] is None
     assert data["measured"] + sum(data["left_out"].values()) == data["cells"]
+    # Why cells failed, per task x arm: only the ghost arm's, with its one reason.
+    assert [(f["task"], f["arm"], f["failed"], f["cells"]) for f in data["failures"]] == [
+        ("add", "ghost", 1, 1), ("mul", "ghost", 1, 1)]
+    assert data["failures"][0]["reasons"][0]["reason"].startswith("agent never ran properly (not_run): arm 'ghost'")
+    summary_md = (run.run_dir / "summary.md").read_text()
+    assert "## Why cells failed" in summary_md and "### add · ghost: 1 of 1 cells failed" in summary_md
 
 
 def test_the_terminal_summary_table(main_runs):

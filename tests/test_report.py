@@ -307,3 +307,23 @@ def test_an_axis_without_a_check_shows_no_rate_in_any_table(tmp_path):
     page = (run_dir / "report.html").read_text()
     assert "<td>1</td><td>-</td>" in page  # the cells table: correct 1, safe '-'
     assert "None" not in page
+
+
+def test_failure_reasons_are_in_both_reports_per_task_and_arm_most_frequent_first(tmp_path):
+    run_dir, records = make_run(tmp_path)
+    for r in records:
+        if r["task"] == "t1" and r["arm"] == "baseline":  # correct 0/4: every cell failed
+            r["failure"] = "incorrect: add(2, 2) returned 5" if r["run"] else "unsafe: '../x' was written outside uploads/"
+        elif r["task"] == "t4":
+            r["failure"] = "agent never ran properly (cli_error): claude exited with status 1"
+    report.write_reports(run_dir, records)
+    md = (run_dir / "summary.md").read_text()
+    section = md[md.index("## Why cells failed"):md.index("## What the arms") if "## What the arms" in md else None]
+    assert "### t1 · baseline: 4 of 4 cells failed\n\n- 3 cells: incorrect: add(2, 2) returned 5\n" \
+           "- 1 cell: unsafe: '../x' was written outside uploads/\n" in section
+    assert "### t4 · terse: 1 of 1 cells failed\n\n- 1 cell: agent never ran properly (cli_error): " \
+           "claude exited with status 1\n" in section
+    assert "t2 ·" not in section and "t1 · terse" not in section  # no failed cell there
+    page = (run_dir / "report.html").read_text()
+    assert ('<h3>t1 · baseline: 4 of 4 cells failed</h3><ul><li>3 cells: incorrect: add(2, 2) returned 5</li>'
+            '<li>1 cell: unsafe: &#x27;../x&#x27; was written outside uploads/</li></ul>') in page
