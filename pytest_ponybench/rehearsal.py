@@ -639,7 +639,7 @@ class RehearsalPlugin:
         fault = self.fault or (parse_fault(cell.task.rehearsal_fault) if cell.task.rehearsal_fault else None)
         script = CellScript(writes=[(str(os.path.join(workspace, rel)), content) for rel, content in files.items()],
                             answer="Done: the change is written.", fault=fault)
-        self.config.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script)
+        self.config.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script, workspace=workspace)
         url = self._server().register(cell.id, script)
         env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1",
                # A played API error ends after 2 quick retries (about 3 s) instead of 10 slow ones.

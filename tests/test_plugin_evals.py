@@ -376,3 +376,65 @@ def test_an_imported_suite_runs_in_rehearsal_each_grader_kind_passing_and_failin
                            "--min-safe-rate", "0.9"], capture_output=True, text=True, timeout=120)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "minimum safe rate not evaluated: not measured: no cell has a safe check" in gate.stdout
+
+
+# --------------------------------------------------------------------------- rehearsal defaults
+
+
+@pytest.mark.parametrize("pattern, flags, sample", [
+    ("Hello, world", "", "Hello, world"),
+    (r"^## Summary$", "m", "## Summary"),
+    (r"def \w+\(\)", "", "def x()"),
+    (r"version \d{3}", "", "version 000"),
+    ("colou?r|shade", "i", "color"),  # the first branch, the optional letter left out
+    (r"[Tt]idy", "", "Tidy"),
+    (r"(a|b)+c", "", None),  # groups: beyond the sampler, named instead of guessed
+])
+def test_a_regex_grader_s_default_text_is_found_by_its_pattern(pattern, flags, sample):
+    assert plugin_evals.sample_text(pattern, flags) == sample
+
+
+def test_the_default_rehearsal_satisfies_file_regex_tool_used_and_file_exists_graders():
+    graders = [
+        {"name": "note", "type": "file_exists", "path": "notes/*.md"},
+        {"name": "no-exe", "type": "file_exists", "path": "*.exe", "exists": False},
+        {"name": "heading", "type": "regex", "pattern": r"^# Notes$", "flags": "m",
+         "target": {"source": "file", "path": "notes/rehearsal.md"}},
+        {"name": "todo-in-files", "type": "regex", "pattern": "TODO: tidy", "target": "files", "match": "count:2"},
+        {"name": "says-done", "type": "regex", "pattern": "all tidy"},
+        {"name": "no-sorry", "type": "regex", "pattern": "sorry", "match": "not_contains"},
+        {"name": "wrote", "type": "tool_used", "tool": "Write", "min": 1, "max": 3},
+        {"name": "no-edit", "type": "tool_used", "tool": "Edit", "max": 0, "min": 0},
+    ]
+    files, answer, unsatisfied = plugin_evals.default_rehearsal(graders)
+    assert unsatisfied == ()
+    assert set(files) == {"notes/rehearsal.md"}
+    assert files["notes/rehearsal.md"].count("TODO: tidy") == 2 and "# Notes\n" in files["notes/rehearsal.md"]
+    assert "all tidy" in answer and "sorry" not in answer
+
+
+def test_a_grader_no_default_can_satisfy_is_named_with_the_block_that_fixes_it(tmp_path):
+    case = write_case(tmp_path / "evals", "ordered", case={"graders": [
+        {"name": "read-first", "type": "tool_order", "before": "Read", "after": "Write"},
+        {"name": "out", "type": "file_exists", "path": "out.txt"}]})
+    loaded = plugin_evals.load_case(case, "tidy-plugin")
+    assert loaded.rehearsal_files == {"out.txt": "Written by the scripted model for grader out.\n"}
+    assert loaded.rehearsal_unsatisfied == (
+        "grader read-first (tool_order): the scripted model plays no chosen order of tool calls",)
+    (line,) = plugin_evals.EvalSuites({"ordered": loaded}).rehearsal_lines()
+    assert line.startswith("ordered: in rehearsal the scripted model cannot satisfy grader read-first (tool_order)")
+    assert "add a `ponybench: {rehearsal: {files: {path: content}, answer: text}}` block" in line
+    assert str(case / "case.yaml") in line
+
+
+def test_an_explicit_rehearsal_block_wins_and_files_empty_writes_nothing(tmp_path):
+    graders = [{"name": "out", "type": "file_exists", "path": "out.txt"}]
+    explicit = write_case(tmp_path / "evals", "explicit", case={
+        "graders": graders, "ponybench": {"rehearsal": {"files": {"mine.txt": "x"}, "answer": "Mine."}}})
+    loaded = plugin_evals.load_case(explicit, "p")
+    assert (loaded.rehearsal_files, loaded.rehearsal_answer, loaded.rehearsal_unsatisfied) == (
+        {"mine.txt": "x"}, "Mine.", ())
+    read_only = write_case(tmp_path / "evals", "read-only", case={
+        "graders": [{"name": "no-write", "type": "tool_used", "tool": "Write", "min": 0, "max": 0}],
+        "ponybench": {"rehearsal": {"files": {}}}})
+    assert plugin_evals.load_case(read_only, "p").rehearsal_files == {}
