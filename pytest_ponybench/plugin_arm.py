@@ -64,7 +64,7 @@ def _hook_sources(plugin: Path, problems: list[str] | None = None) -> list[tuple
     manifest's `hooks` (inline, or a path to another hooks file). A file that is not valid
     JSON is named in `problems` when given."""
     files = [plugin / "hooks" / "hooks.json"]
-    inline = manifest(plugin).get("hooks")
+    inline = manifest(plugin).get("hooks") if manifest_path(plugin).is_file() else None
     found = []
     if isinstance(inline, dict):
         found.append((manifest_path(plugin), inline.get("hooks", inline)))
@@ -105,10 +105,11 @@ def plugin_problems(plugin: Path) -> list[str]:
     sentence each, naming the file. Checked before any cell, so a broken plugin costs nothing."""
     plugin = Path(plugin).resolve()
     problems: list[str] = []
-    try:
-        plugin_name(plugin)
-    except SpecError as exc:
-        return [str(exc)]
+    if manifest_path(plugin).is_file():  # without one the CLI names the plugin after its folder
+        try:
+            plugin_name(plugin)
+        except SpecError as exc:
+            return [str(exc)]
     root = str(plugin)
     for path, event, command in _command_hooks(plugin, problems):
         text = command

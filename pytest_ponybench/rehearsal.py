@@ -673,7 +673,7 @@ class RehearsalPlugin:
                 plugin_dir = resolve_plugin_dir(cell.arm, self.arms_dir)
             except SpecError:
                 plugin_dir = None
-            broken = failed_hook(cell.arm.name, plugin_dir, transcript.hooks)
+            broken = failed_hook(cell.arm.name, plugin_dir, getattr(transcript, "hooks", None) or [])
             if broken:  # quoted as in a real run: why the arm's text never reached the model
                 self.model.forget(cell.id)
                 return broken
