@@ -77,8 +77,14 @@ class Gathering:
             self.results_path.unlink(missing_ok=True)
             self.merged = True
         versions = sorted({r.get("claude_version") for r in every if r.get("claude_version")})
+        try:  # a rescore or resume keeps the date the run was made; its own is `updated`
+            before = json.loads(self.run_dir.summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = {}
+        date = before.get("date") if self.mode != "run" and isinstance(before, dict) else None
         data = {
-            "date": self.started,
+            "date": date or self.started,
+            **({"updated": self.started} if date else {}),
             "mode": self.mode,
             # A rehearsal's figures come from a scripted model: say so wherever they travel.
             "rehearsal": rehearsal or any(r.get("rehearsal") for r in every),
@@ -398,7 +404,8 @@ class Controller:
         if self.gathering.mode != "rescore":  # a rescore proves nothing anew
             for line in arm_proof_lines(every):
                 tr.write_line(line)
-        if state.settings.rehearse:
+        # A rescore of a rehearsal is still a rehearsal's figures, whatever its options say.
+        if state.settings.rehearse or any(r.get("rehearsal") for r in every):
             tr.write_line("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
                           "cost, tokens, LOC and rates above say nothing about any real model.",
                           yellow=True, bold=True)

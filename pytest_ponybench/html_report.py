@@ -21,7 +21,8 @@ STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
 table { border-collapse: collapse; margin: .5em 0 1em; }
 th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; white-space: nowrap; }
-td:last-child { white-space: normal; }
+td:last-child { white-space: normal; min-width: 16em; }
+div.scroll { max-width: 100%; overflow-x: auto; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 ul.notes { font-size: 12px; color: #555; }
@@ -41,14 +42,15 @@ def html_table(table: Table, table_id: str = "") -> str:
     out = [f"<h{level}>{inline_code(table.title)}</h{level}>"]
     if table.rows:
         attr = f' id="{table_id}"' if table_id else ""
-        out.append(f"<table{attr}><thead><tr>"
+        # A wide table scrolls inside its own box instead of widening the page.
+        out.append(f'<div class="scroll"><table{attr}><thead><tr>'
                    + "".join(f"<th>{inline_code(h)}</th>" for h in table.headers)
                    + "</tr></thead><tbody>")
         for row in table.rows:
             out.append("<tr>" + "".join(
                 f'<td class="num">{inline_code(c)}</td>' if i in table.numeric
                 else f"<td>{inline_code(c)}</td>" for i, c in enumerate(row)) + "</tr>")
-        out.append("</tbody></table>")
+        out.append("</tbody></table></div>")
     else:
         out.append("<p><em>(none)</em></p>")
     if table.notes:
@@ -103,8 +105,8 @@ def cells_html(records: Sequence[dict], run_dir: Path) -> str:
                   ws_link, tr_link, html.escape(str(r.get("error") or ""))]
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in values) + "</tr>")
     return ("<h2>Cells</h2>\n<p>Links are relative to the run directory.</p>\n"
-            '<table id="cells"><thead><tr>' + "".join(f"<th>{h}</th>" for h in headers)
-            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>")
+            '<div class="scroll"><table id="cells"><thead><tr>' + "".join(f"<th>{h}</th>" for h in headers)
+            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></div>")
 
 
 def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats: ArmStats,

@@ -66,6 +66,12 @@ class EvalCase:
         return tuple(k for k in self.ignored if k not in RUN_LIMITS)
 
 
+def _yaml_where(exc: yaml.YAMLError, offset: int = 0) -> str:
+    """' at line N' of a YAML error, when PyYAML knows where it is."""
+    mark = getattr(exc, "problem_mark", None)
+    return f" at line {mark.line + 1 + offset}" if mark is not None else ""
+
+
 def front_matter(text: str, where: Path) -> tuple[dict, str]:
     match = FRONT_RE.match(text)
     if not match:
@@ -73,7 +79,9 @@ def front_matter(text: str, where: Path) -> tuple[dict, str]:
     try:
         data = yaml.safe_load(match.group(1)) or {}
     except yaml.YAMLError as exc:
-        raise SpecError(f"{where}: the front matter is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        # The front matter starts on the file's second line (after '---').
+        raise SpecError(f"{where}: the front matter is not valid YAML{_yaml_where(exc, 1)}: "
+                        f"{getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{where}: the front matter must be a mapping of fields")
     return data, text[match.end():]
@@ -159,7 +167,8 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
         try:
             raw = yaml.safe_load((case / "case.yaml").read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
-            raise SpecError(f"{case / 'case.yaml'}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+            raise SpecError(f"{case / 'case.yaml'}: malformed YAML{_yaml_where(exc)}: "
+                            f"{getattr(exc, 'problem', None) or exc}") from None
         if not isinstance(raw, dict):
             raise SpecError(f"{case / 'case.yaml'}: expected a mapping of fields at the top level")
     front, body = ({}, "")

@@ -226,7 +226,7 @@ def pooled_table(arm_stats: ArmStats) -> Table:
     ]
     return Table(f"Arms against `{arm_stats.reference}`, pooled over tasks", [
         "model", "arm", "tasks", "correct (arm)", "correct Δ [95% CI]", "safe (arm)", "safe Δ [95% CI]",
-        "LOC ratio [95% CI]", "verdict"], rows, notes, level=2, numeric={2})
+        "LOC ratio [95% CI]", "verdict", "runs to detect"], rows, notes, level=2, numeric={2, 9})
 
 
 def consistency_table(arm_stats: ArmStats) -> Table:

@@ -114,6 +114,21 @@ def test_in_rehearsal_a_failing_hook_is_quoted_with_its_stderr(project):
     assert failing["error"].endswith("so the arm was not applied: failing-plugin: cannot read its settings")
 
 
+def test_a_rescore_of_a_rehearsal_says_so_and_keeps_the_run_s_date(project):
+    project.arm("baseline", "description: nothing added\n")
+    assert project.run().ret == 0
+    (run_dir,) = [p for p in (project.path / "runs").iterdir() if p.is_dir()]
+    made = json.loads((run_dir / "summary.json").read_text())
+    assert made["rehearsal"] is True and "updated" not in made
+    result = project.pytester.runpytest_subprocess(f"--ponybench-rescore={run_dir}", "-p", "no:cacheprovider",
+                                                   timeout=240)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["rescored 1 cells*", "REHEARSAL: a scripted model*"])
+    rescored = json.loads((run_dir / "summary.json").read_text())
+    assert rescored["date"] == made["date"] and rescored["mode"] == "rescore"
+    assert rescored["updated"] >= made["date"]
+
+
 def test_an_arm_whose_prompt_is_swallowed_is_not_proven(project, tmp_path):
     """As if a CLI release ignored --append-system-prompt: a wrapper drops the flag before the
     real binary sees it. The cells still finish, but no arm's text reached the model."""

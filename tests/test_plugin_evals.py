@@ -438,3 +438,16 @@ def test_an_explicit_rehearsal_block_wins_and_files_empty_writes_nothing(tmp_pat
         "graders": [{"name": "no-write", "type": "tool_used", "tool": "Write", "min": 0, "max": 0}],
         "ponybench": {"rehearsal": {"files": {}}}})
     assert plugin_evals.load_case(read_only, "p").rehearsal_files == {}
+
+
+def test_a_yaml_error_in_case_yaml_names_its_line_and_kind_for_type_is_named(tmp_path):
+    case = write_case(tmp_path / "evals", "broken")
+    (case / "case.yaml").write_text("prompt: hi\ngraders: x\n  bad: y\n")
+    with pytest.raises(SpecError, match=r"broken/case.yaml: malformed YAML at line 3: mapping values are not allowed"):
+        plugin_evals.load_case(case, "p")
+    (case / "case.yaml").write_text("prompt: hi\ngraders:\n  - {kind: regex, pattern: x}\n")
+    with pytest.raises(SpecError) as raised:
+        plugin_evals.load_case(case, "p")
+    assert str(raised.value) == (f"{case / 'case.yaml'} graders[1]: grader 'grader-1': no 'type' (it has "
+                                 f"'kind: regex': the field is 'type'); the kinds are "
+                                 f"regex, tool_used, tool_order, file_exists, llm, baseline")

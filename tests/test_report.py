@@ -327,3 +327,20 @@ def test_failure_reasons_are_in_both_reports_per_task_and_arm_most_frequent_firs
     page = (run_dir / "report.html").read_text()
     assert ('<h3>t1 · baseline: 4 of 4 cells failed</h3><ul><li>3 cells: incorrect: add(2, 2) returned 5</li>'
             '<li>1 cell: unsafe: &#x27;../x&#x27; was written outside uploads/</li></ul>') in page
+
+
+def test_every_table_has_as_many_cells_a_row_as_headers_and_scrolls_in_its_own_box(tmp_path):
+    from pytest_ponybench import stats, tables
+
+    run_dir, records = make_run(tmp_path)
+    arm_stats = stats.arm_stats(records)
+    built = [*tables.cell_tables(records, "baseline"), tables.comparison_table(arm_stats),
+             tables.pooled_table(arm_stats), tables.consistency_table(arm_stats)]
+    for table in built:
+        assert table.rows and all(len(row) == len(table.headers) for row in table.rows), table.title
+    assert tables.pooled_table(arm_stats).headers[-1] == "runs to detect"
+    report.write_reports(run_dir, records)
+    page = (run_dir / "report.html").read_text()
+    # No table widens the page past a 1400 px window: each scrolls inside its own box.
+    assert page.count("<table") == page.count('<div class="scroll"><table') > 0
+    assert "div.scroll { max-width: 100%; overflow-x: auto; }" in page
