@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, fleet, instruments, library, progress, record as records, summary, tables
+from . import agent, fleet, instruments, library, progress, record as records, summary, tables, workspace
 from .rundir import NotARunDir, RunDir, cost_history, read_jsonl, usd, write_atomic
 from .spec import SpecError, load_task
 
@@ -41,6 +41,7 @@ class Gathering:
         self.cells: set[str] = set()  # the cells this session reported
         self.merged = False  # a resume's or rescore's results are merged into results.jsonl
         self.budget_skipped = 0
+        self.reused = 0  # cells of this session reported from an earlier one's results
         self.results_path = run_dir.results_path if mode == "run" else \
             run_dir.results_path.with_name(f"{run_dir.results_path.name}.{mode}")
         if self.results_path.exists() and mode != "run":
@@ -48,6 +49,8 @@ class Gathering:
         self.started = datetime.datetime.now().isoformat(timespec="seconds")
 
     def add(self, record: dict) -> None:
+        if record.get("reused") and record["cell"] not in self.cells:
+            self.reused += 1  # a resume reported it from its kept result: not run again
         self.cells.add(record["cell"])
         line = json.dumps(record, sort_keys=True) + "\n"
         # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
@@ -111,6 +114,16 @@ class Gathering:
         from . import report  # numpy: only when a report is written, never when pytest loads the plugin
 
         return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots)
+
+
+def finished_on_disk(ws: Path) -> bool:
+    """Whether a resume will report this workspace's cell from its kept result rather than run
+    it (cell.finished_record's rule, read without moving anything)."""
+    try:
+        status = json.loads((ws / workspace.RESULT).read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return status not in records.INFRA | {records.NOT_RUN, records.INTERRUPTED, None}
 
 
 def plugin_problems(state) -> list[str]:
@@ -295,9 +308,17 @@ class Controller:
             return
         self.announced = True
         run_dir, settings = self.state.run_dir, self.state.settings
+        total = len(cells)
+        kept = 0
+        if self.gathering.mode == "resume":  # what is left to run (and to pay for), not the whole run
+            cells = [c for c in cells if not finished_on_disk(run_dir.path / str(c.get("cell")))]
+            kept = total - len(cells)
         history = cost_history(settings.dir, run_dir.path, settings.rehearse)
         known = [history[(c["task"], c["model"])] for c in cells if (c["task"], c["model"]) in history]
         line = f"ponybench: {len(cells)} cells in {run_dir.path}"
+        if kept:
+            line = (f"ponybench: {len(cells)} cells to run in {run_dir.path} ({kept} of {total} finished "
+                    f"earlier: reported from the kept run, not paid again)")
         if known:
             estimate = sum(known) / len(known) * len(cells)
             line += (f"; estimated cost {usd(estimate)} from earlier runs of these tasks and models"
@@ -389,7 +410,10 @@ class Controller:
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"
         at_once = f", {state.settings.at_once} at once per process" if state.settings.at_once > 1 else ""
-        tr.write_line(f"{verb} {len(self.gathering.cells)} cells{at_once}; kept in {state.run_dir.path}")
+        reused = self.gathering.reused
+        earlier = f"; {reused} more finished earlier (reported from the kept run)" if reused else ""
+        tr.write_line(f"{verb} {len(self.gathering.cells) - reused} cells{at_once}{earlier}; "
+                      f"kept in {state.run_dir.path}")
         if self.written:
             tr.write_line("wrote " + ", ".join(p.name for p in self.written))
         if self.gathering.budget_skipped:
