@@ -35,18 +35,37 @@ ROOT_REFUSAL = "cannot be used with root/sudo"
 
 
 
-# Memory files the CLI reads from its working directory and every folder above it, whatever
-# --setting-sources says (measured with 2.1.328: a CLAUDE.md above the workspace reached the
-# model in the first request). A cell's workspace sits under the run directory, so one of
-# these above it reaches every cell of every arm.
-MEMORY_FILES = ("CLAUDE.md", "CLAUDE.local.md")
+# The user's own setup kept out of every cell, whatever --setting-sources says. Measured with
+# 2.1.328 against the scripted model (tests/test_isolation.py): without these, a CLAUDE.md,
+# CLAUDE.local.md, .claude/CLAUDE.md or .claude/rules/ in any folder above the workspace, the
+# user's ~/.claude/CLAUDE.md and rules (when the workspace is under their home) and the
+# auto-memory of the enclosing git repository (~/.claude/projects/<repo>/memory/MEMORY.md)
+# all reached the model in the first request; with them, none did.
+ISOLATION_ENV = {"CLAUDE_CODE_DISABLE_CLAUDE_MDS": "1", "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1"}
+
+# What still reaches the model from the folders above the workspace with ISOLATION_ENV set
+# (measured with 2.1.328): the skills, agents and commands of each folder's `.claude/`, up to
+# and including the first folder that is a git repository's root (the CLI stops there). The
+# user's own ~/.claude is not among them (`--setting-sources project,local` keeps it out).
+SETUP_ABOVE = (".claude/skills", ".claude/agents", ".claude/commands")
 
 
-def memory_files_above(path: Path) -> list[Path]:
-    """The CLAUDE.md files the CLI would read in every cell under `path`."""
+def setup_above(path: Path, environ: dict | None = None) -> list[Path]:
+    """The folders of project setup the CLI would still put in front of the model in every
+    cell under `path`: non-empty `.claude/skills|agents|commands` above it, up to the git root."""
+    environ = os.environ if environ is None else environ
+    home = Path(environ.get("HOME") or Path.home())
+    config = Path(environ.get("CLAUDE_CONFIG_DIR") or home / ".claude").resolve()
     found = []
     for folder in [Path(path).resolve(), *Path(path).resolve().parents]:
-        found += [folder / name for name in MEMORY_FILES if (folder / name).is_file()]
+        for rel in SETUP_ABOVE:
+            target = folder / rel
+            if target.parent.resolve() == config:
+                continue  # the user's own config folder: not read as a project's
+            if target.is_dir() and any(target.iterdir()):
+                found.append(target)
+        if (folder / ".git").exists():
+            break
     return found
 
 
@@ -131,6 +150,7 @@ def agent_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     env["DISABLE_TELEMETRY"] = "1"
     env.update(overrides or {})
+    env.update(ISOLATION_ENV)  # last: no hook's environment brings the user's setup back
     return env
 
 

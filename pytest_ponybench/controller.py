@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, fleet, instruments, library, progress, record as records, summary, tables
+from . import agent, fleet, instruments, library, progress, record as records, summary, tables, workspace
 from .rundir import NotARunDir, RunDir, cost_history, read_jsonl, usd, write_atomic
 from .spec import SpecError, load_task
 
@@ -41,6 +41,7 @@ class Gathering:
         self.cells: set[str] = set()  # the cells this session reported
         self.merged = False  # a resume's or rescore's results are merged into results.jsonl
         self.budget_skipped = 0
+        self.reused = 0  # cells of this session reported from an earlier one's results
         self.results_path = run_dir.results_path if mode == "run" else \
             run_dir.results_path.with_name(f"{run_dir.results_path.name}.{mode}")
         if self.results_path.exists() and mode != "run":
@@ -48,6 +49,8 @@ class Gathering:
         self.started = datetime.datetime.now().isoformat(timespec="seconds")
 
     def add(self, record: dict) -> None:
+        if record.get("reused") and record["cell"] not in self.cells:
+            self.reused += 1  # a resume reported it from its kept result: not run again
         self.cells.add(record["cell"])
         line = json.dumps(record, sort_keys=True) + "\n"
         # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
@@ -77,8 +80,14 @@ class Gathering:
             self.results_path.unlink(missing_ok=True)
             self.merged = True
         versions = sorted({r.get("claude_version") for r in every if r.get("claude_version")})
+        try:  # a rescore or resume keeps the date the run was made; its own is `updated`
+            before = json.loads(self.run_dir.summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = {}
+        date = before.get("date") if self.mode != "run" and isinstance(before, dict) else None
         data = {
-            "date": self.started,
+            "date": date or self.started,
+            **({"updated": self.started} if date else {}),
             "mode": self.mode,
             # A rehearsal's figures come from a scripted model: say so wherever they travel.
             "rehearsal": rehearsal or any(r.get("rehearsal") for r in every),
@@ -98,11 +107,46 @@ class Gathering:
             "infra_errors": records.infra_share(every)[0],
             "infra": tables.infra_rows(every),
             "activity": tables.activity_rows(every),
+            # Per task x arm: each failed cell's one-line reason, the most frequent first.
+            "failures": tables.failure_rows(every),
         }
         write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
         from . import report  # numpy: only when a report is written, never when pytest loads the plugin
 
         return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots)
+
+
+def finished_on_disk(ws: Path) -> bool:
+    """Whether a resume will report this workspace's cell from its kept result rather than run
+    it (cell.finished_record's rule, read without moving anything)."""
+    try:
+        status = json.loads((ws / workspace.RESULT).read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return status not in records.INFRA | {records.NOT_RUN, records.INTERRUPTED, None}
+
+
+def plugin_problems(state) -> list[str]:
+    """Every plugin the run will load, checked before any cell (plugin_arm.plugin_problems):
+    a manifest the CLI would not load or a hook script that cannot run would make every cell
+    of its arm fail after paying for it. A plugin that is not found at all stays a `not_run`
+    of its arm's cells, as before: that costs nothing."""
+    from . import plugin_arm
+    from .spec import resolve_plugin_dir
+
+    found, seen = [], set()
+    for arm in state.selected_arms():
+        if not arm.plugin:
+            continue
+        try:
+            folder = resolve_plugin_dir(arm, state.settings.arms_dir)
+        except SpecError:
+            continue
+        if folder in seen:
+            continue
+        seen.add(folder)
+        found += [f"arm '{arm.name}': {problem}" for problem in plugin_arm.plugin_problems(Path(folder))]
+    return found
 
 
 def run_options(state, tasks: list) -> dict:
@@ -165,6 +209,9 @@ class Controller:
                     state.evals is not None)
             except ValueError as exc:
                 raise pytest.UsageError(f"{', '.join(remote)}: {exc}") from None
+        broken = plugin_problems(state)
+        if broken:
+            raise pytest.UsageError("a plugin of this run is broken; no cell was started:\n  " + "\n  ".join(broken))
         try:
             state.claude = agent.find_claude(state.settings.claude, config.rootpath)
             state.claude_version = agent.claude_version(state.claude)
@@ -261,9 +308,17 @@ class Controller:
             return
         self.announced = True
         run_dir, settings = self.state.run_dir, self.state.settings
+        total = len(cells)
+        kept = 0
+        if self.gathering.mode == "resume":  # what is left to run (and to pay for), not the whole run
+            cells = [c for c in cells if not finished_on_disk(run_dir.path / str(c.get("cell")))]
+            kept = total - len(cells)
         history = cost_history(settings.dir, run_dir.path, settings.rehearse)
         known = [history[(c["task"], c["model"])] for c in cells if (c["task"], c["model"]) in history]
         line = f"ponybench: {len(cells)} cells in {run_dir.path}"
+        if kept:
+            line = (f"ponybench: {len(cells)} cells to run in {run_dir.path} ({kept} of {total} finished "
+                    f"earlier: reported from the kept run, not paid again)")
         if known:
             estimate = sum(known) / len(known) * len(cells)
             line += (f"; estimated cost {usd(estimate)} from earlier runs of these tasks and models"
@@ -275,9 +330,12 @@ class Controller:
         if settings.rehearse:
             line += "; every dollar figure of a rehearsal is simulated"
         self.write(line)
-        for memory in agent.memory_files_above(run_dir.path):
-            self.write(f"ponybench: warning: {memory} is above the run directory, so the CLI puts it in front of "
-                       f"the model in every cell of every arm; keep runs elsewhere (--ponybench-dir=/tmp/runs)")
+        # CLAUDE.md files and auto-memory are off in every cell (agent.ISOLATION_ENV); a
+        # project's skills, agents and commands above the run directory are not.
+        for setup in agent.setup_above(run_dir.path):
+            self.write(f"ponybench: warning: {setup} is above the run directory, so the CLI puts what it holds "
+                       f"in front of the model in every cell of every arm; keep runs elsewhere "
+                       f"(--ponybench-dir=/tmp/ponybench-runs)")
         self.progress = self.make_progress(len(cells))
 
     def make_progress(self, total: int) -> progress.ProgressPrinter:
@@ -352,7 +410,10 @@ class Controller:
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"
         at_once = f", {state.settings.at_once} at once per process" if state.settings.at_once > 1 else ""
-        tr.write_line(f"{verb} {len(self.gathering.cells)} cells{at_once}; kept in {state.run_dir.path}")
+        reused = self.gathering.reused
+        earlier = f"; {reused} more finished earlier (reported from the kept run)" if reused else ""
+        tr.write_line(f"{verb} {len(self.gathering.cells) - reused} cells{at_once}{earlier}; "
+                      f"kept in {state.run_dir.path}")
         if self.written:
             tr.write_line("wrote " + ", ".join(p.name for p in self.written))
         if self.gathering.budget_skipped:
@@ -367,7 +428,8 @@ class Controller:
         if self.gathering.mode != "rescore":  # a rescore proves nothing anew
             for line in arm_proof_lines(every):
                 tr.write_line(line)
-        if state.settings.rehearse:
+        # A rescore of a rehearsal is still a rehearsal's figures, whatever its options say.
+        if state.settings.rehearse or any(r.get("rehearsal") for r in every):
             tr.write_line("REHEARSAL: a scripted model on 127.0.0.1 wrote these files through the real CLI; "
                           "cost, tokens, LOC and rates above say nothing about any real model.",
                           yellow=True, bold=True)

@@ -72,6 +72,9 @@ def validate(grader: dict) -> None:
     """Raise GraderError when a deterministic grader is malformed (judged ones are listed,
     not run, so only their type matters)."""
     kind = grader.get("type")
+    if kind is None:
+        hint = f" (it has 'kind: {grader['kind']}': the field is 'type')" if "kind" in grader else ""
+        raise GraderError(f"no 'type'{hint}; the kinds are {', '.join(KINDS)}")
     if kind not in KINDS:
         raise GraderError(f"type {kind!r} is not a grader kind; the kinds are {', '.join(KINDS)}")
     if kind == "regex":

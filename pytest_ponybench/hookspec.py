@@ -10,9 +10,10 @@ def pytest_ponybench_cell_record(cell, record):
     into --junitxml."""
 
 
-def pytest_ponybench_rehearsal_script(cell, script):
+def pytest_ponybench_rehearsal_script(cell, script, workspace):
     """Rehearsal only: adjust the ``rehearsal.CellScript`` the scripted model plays for this
-    cell (the files it writes, its answer, the usage it reports, ``stall_seconds``) in place."""
+    cell (the files it writes, its answer, the usage it reports, ``stall_seconds``) in place.
+    ``workspace`` is the cell's workspace: ``script.writes`` take absolute paths under it."""
 
 
 @pytest.hookspec(firstresult=True)

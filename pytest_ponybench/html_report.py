@@ -13,7 +13,7 @@ from . import stats
 from .stats import ArmStats
 from .workspace import TRANSCRIPT
 from .tables import (HOW_TO_READ, Table, activity_lines, cell_tables, fmt_cost, comparison_table, consistency_table,
-                     header_lines, infra_lines, pooled_table)
+                     failure_sections, header_lines, infra_lines, pooled_table)
 
 
 
@@ -21,7 +21,8 @@ STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
 table { border-collapse: collapse; margin: .5em 0 1em; }
 th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; white-space: nowrap; }
-td:last-child { white-space: normal; }
+td:last-child { white-space: normal; min-width: 16em; }
+div.scroll { max-width: 100%; overflow-x: auto; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 ul.notes { font-size: 12px; color: #555; }
@@ -41,14 +42,15 @@ def html_table(table: Table, table_id: str = "") -> str:
     out = [f"<h{level}>{inline_code(table.title)}</h{level}>"]
     if table.rows:
         attr = f' id="{table_id}"' if table_id else ""
-        out.append(f"<table{attr}><thead><tr>"
+        # A wide table scrolls inside its own box instead of widening the page.
+        out.append(f'<div class="scroll"><table{attr}><thead><tr>'
                    + "".join(f"<th>{inline_code(h)}</th>" for h in table.headers)
                    + "</tr></thead><tbody>")
         for row in table.rows:
             out.append("<tr>" + "".join(
                 f'<td class="num">{inline_code(c)}</td>' if i in table.numeric
                 else f"<td>{inline_code(c)}</td>" for i, c in enumerate(row)) + "</tr>")
-        out.append("</tbody></table>")
+        out.append("</tbody></table></div>")
     else:
         out.append("<p><em>(none)</em></p>")
     if table.notes:
@@ -70,6 +72,13 @@ def workspace_of(record: dict, run_dir: Path) -> Path | None:
     return None
 
 
+def _axis(record: dict, axis: str) -> str:
+    """A cell's figure (0/1 on an axis, a LOC count), '-' where it was not measured (no check
+    on the axis, or the agent never ran)."""
+    value = record.get(axis)
+    return "-" if value is None else str(value)
+
+
 def cells_html(records: Sequence[dict], run_dir: Path) -> str:
     headers = ["cell", "status", "correct", "safe", "total_loc", "cost", "out tokens",
                "duration", "workspace", "transcript", "error"]
@@ -88,16 +97,16 @@ def cells_html(records: Sequence[dict], run_dir: Path) -> str:
         duration = r.get("duration_ms")
         cell_name = r.get("cell") or "__".join(stats.name_of(r, k) for k in ("task", "arm", "model", "run"))
         values = [html.escape(str(cell_name)), html.escape(str(r.get("status") or "-")),
-                  html.escape(str(r.get("correct", "-"))), html.escape(str(r.get("safe", "-"))),
-                  html.escape(str(r.get("total_loc", "-"))),
+                  html.escape(_axis(r, "correct")), html.escape(_axis(r, "safe")),
+                  html.escape(_axis(r, "total_loc")),
                   html.escape(fmt_cost(r.get("cost_usd") if isinstance(r.get("cost_usd"), (int, float)) else None)),
                   html.escape(str(r.get("out_tokens") if r.get("out_tokens") is not None else "-")),
                   html.escape(f"{duration / 1000:.0f} s" if isinstance(duration, (int, float)) else "-"),
                   ws_link, tr_link, html.escape(str(r.get("error") or ""))]
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in values) + "</tr>")
     return ("<h2>Cells</h2>\n<p>Links are relative to the run directory.</p>\n"
-            '<table id="cells"><thead><tr>' + "".join(f"<th>{h}</th>" for h in headers)
-            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>")
+            '<div class="scroll"><table id="cells"><thead><tr>' + "".join(f"<th>{h}</th>" for h in headers)
+            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></div>")
 
 
 def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats: ArmStats,
@@ -106,6 +115,11 @@ def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats
     body += [f"<p>{inline_code(line)}</p>" for line in header_lines(records, reference)]
     body.append("<h2>Results per task x model</h2>")
     body += [html_table(t) for t in cell_tables(records, reference)]
+    failures = failure_sections(records)
+    if failures:
+        body.append('<h2>Why cells failed</h2>\n<div id="failures">' + "".join(
+            f"<h3>{inline_code(heading)}</h3><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
+            for heading, lines in failures) + "</div>")
     for title, lines, list_id in (("Infra errors", infra_lines(records), "infra"),
                                   ("What the arms made the agent do", activity_lines(records), "activity")):
         if lines:

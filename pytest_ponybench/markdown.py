@@ -6,7 +6,7 @@ from typing import Sequence
 
 from .stats import ArmStats
 from .tables import (HOW_TO_READ, Table, activity_lines, cell_tables, comparison_table, consistency_table,
-                     header_lines, infra_lines, pooled_table)
+                     failure_sections, header_lines, infra_lines, pooled_table)
 
 
 def md_escape(text: str) -> str:
@@ -33,6 +33,11 @@ def build_markdown(run_dir: Path, records: Sequence[dict], reference: str,
     parts = [f"# ponybench: {run_dir.name}\n", "\n".join(header_lines(records, reference)) + "\n",
              "## Results per task x model\n"]
     parts += [markdown_table(t) for t in cell_tables(records, reference)]
+    failures = failure_sections(records)
+    if failures:  # a red CI job's summary says why, right under the tables
+        parts.append("## Why cells failed\n\n" + "\n".join(
+            f"### {md_escape(heading)}\n\n" + "".join(f"- {md_escape(line)}\n" for line in lines)
+            for heading, lines in failures))
     infra = infra_lines(records)
     if infra:
         parts.append("## Infra errors\n\n" + "\n".join(f"- {line}" for line in infra) + "\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from . import fleet, library, options, pool, procs
+from . import fleet, library, options, pool, procs, rundir
 from .cell import Cell, CellContext, read_identity
 from .collect import EvalsDir, TaskFile, TasksDir, arm_placeholder
 from .rundir import RunDir
@@ -130,8 +130,13 @@ def pytest_load_initial_conftests(early_config, parser, args):
     """A benchmark run with no paths given collects the tasks folder only, not every
     testpath: importing the project's own tests cost each xdist worker seconds."""
     known = early_config.known_args_namespace
-    if getattr(known, "file_or_dir", None) or not any(
-            getattr(known, name, None) for name in ("ponybench", "ponybench_rescore", "ponybench_resume")):
+    if getattr(known, "file_or_dir", None):
+        return
+    if not any(getattr(known, name, None) for name in ("ponybench", "ponybench_rescore", "ponybench_resume")):
+        selftest = _selftest_paths(early_config, known)
+        if selftest:
+            known.file_or_dir = selftest
+            args.extend(selftest)
         return
     # The project's tasks folder and/or the shipped library (library.py), and the evals/ of
     # every --ponybench-plugin: collected from any directory, an empty one included.
@@ -145,6 +150,32 @@ def pytest_load_initial_conftests(early_config, parser, args):
     if folders:
         known.file_or_dir = folders  # the initial conftests are looked up from here
         args.extend(folders)  # and the session collects them
+
+
+def _selftest_paths(early_config, known) -> list[str]:
+    """`pytest -m selftest` with no paths: the usual collection (testpaths, else the current
+    folder) plus every task folder of the run's library outside it, so a plugin repository
+    without tasks proves the shipped library its runs use. Empty when nothing is added."""
+    if "selftest" not in (getattr(known, "markexpr", "") or ""):
+        return []
+    root = Path(early_config.rootpath)
+    mode = getattr(known, "ponybench_library", None) or early_config.getini("ponybench_library")
+    if mode not in library.MODES:
+        return []
+    base = [root / p for p in early_config.getini("testpaths") if (root / p).exists()] or [
+        Path(early_config.invocation_params.dir)]
+    folders = [f.tasks for f in library.task_folders(
+        root / early_config.getini("ponybench_tasks"), root / early_config.getini("ponybench_fixtures"), mode)]
+    extra = [f for f in folders if not any(f.resolve().is_relative_to(b.resolve()) for b in base)]
+    return [str(p) for p in base + extra] if extra else []
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Kept runs are never collected: a run directory or a cell's workspace holds the code and
+    tests the agent wrote, which are not the project's tests (rundir.is_kept_run)."""
+    if collection_path.is_dir() and rundir.is_kept_run(collection_path):
+        return True
+    return None
 
 
 def pytest_configure(config):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shlex
 from pathlib import Path
 
 from .spec import NAME_RE, ArmSpec, SpecError
@@ -41,34 +43,97 @@ def manifest(plugin: Path) -> dict:
     raise SpecError(f"--ponybench-plugin {plugin}: not a Claude Code plugin (no .claude-plugin/plugin.json)")
 
 
+def manifest_path(plugin: Path) -> Path:
+    return next((plugin / rel for rel in MANIFESTS if (plugin / rel).is_file()), plugin / MANIFESTS[0])
+
+
 def plugin_name(plugin: Path) -> str:
-    name = manifest(plugin).get("name") or plugin.name
+    name = manifest(plugin).get("name")
+    if name is None or name == "":
+        # The CLI loads no plugin without a name: every cell of its arm would run without it.
+        raise SpecError(f"{manifest_path(plugin)}: no \"name\": the CLI does not load a plugin without one, so "
+                        f"every cell of its arm would run without it; add \"name\": \"{plugin.name}\"")
     if not isinstance(name, str) or not NAME_RE.match(name) or "__" in name:
         raise SpecError(f"--ponybench-plugin {plugin}: the plugin name {name!r} must be letters, digits, '.', "
                         f"'-' or '_' without '__' to name an arm")
     return name
 
 
+def _hook_sources(plugin: Path, problems: list[str] | None = None) -> list[tuple[Path, dict]]:
+    """(file, {event: [groups]}) of every hooks declaration: hooks/hooks.json, and the
+    manifest's `hooks` (inline, or a path to another hooks file). A file that is not valid
+    JSON is named in `problems` when given."""
+    files = [plugin / "hooks" / "hooks.json"]
+    inline = manifest(plugin).get("hooks") if manifest_path(plugin).is_file() else None
+    found = []
+    if isinstance(inline, dict):
+        found.append((manifest_path(plugin), inline.get("hooks", inline)))
+    for extra in inline if isinstance(inline, list) else [inline] if isinstance(inline, str) else []:
+        if isinstance(extra, str):
+            rel = extra.replace("${CLAUDE_PLUGIN_ROOT}/", "")
+            files.append(plugin / (rel[2:] if rel.startswith("./") else rel))
+    for path in files:
+        if not path.is_file():
+            if path != files[0] and problems is not None:
+                problems.append(f"{manifest_path(plugin)}: \"hooks\" names {path}, which does not exist")
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            if problems is not None:
+                problems.append(f"{path}: not valid JSON ({exc}), so the CLI loads none of its hooks")
+            continue
+        if isinstance(data, dict):
+            found.append((path, data.get("hooks", data)))
+    return [(path, events) for path, events in found if isinstance(events, dict)]
+
+
+def _command_hooks(plugin: Path, problems: list[str] | None = None) -> list[tuple[Path, str, str]]:
+    """(declaring file, event, command) of every command hook of the plugin."""
+    out = []
+    for path, events in _hook_sources(plugin, problems):
+        for event, groups in events.items():
+            for group in groups if isinstance(groups, list) else []:
+                for hook in (group.get("hooks") or []) if isinstance(group, dict) else []:
+                    if isinstance(hook, dict) and hook.get("type") == "command" and isinstance(hook.get("command"), str):
+                        out.append((path, str(event), hook["command"]))
+    return out
+
+
+def plugin_problems(plugin: Path) -> list[str]:
+    """What would keep the CLI from loading the plugin as it is, or make its hooks fail: one
+    sentence each, naming the file. Checked before any cell, so a broken plugin costs nothing."""
+    plugin = Path(plugin).resolve()
+    problems: list[str] = []
+    if manifest_path(plugin).is_file():  # without one the CLI names the plugin after its folder
+        try:
+            plugin_name(plugin)
+        except SpecError as exc:
+            return [str(exc)]
+    root = str(plugin)
+    for path, event, command in _command_hooks(plugin, problems):
+        text = command
+        for var in PLUGIN_ROOT_VARS:
+            text = text.replace(var, root)
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            continue  # shell syntax shlex cannot read: the CLI's shell decides
+        for i, word in enumerate(words):
+            if not (word == root or word.startswith(root + os.sep)):
+                continue  # only the plugin's own files are checked: the rest is the user's machine
+            target = Path(word)
+            if not target.exists():
+                problems.append(f"{path}: the {event} hook runs {word}, which does not exist in the plugin")
+            elif i == 0 and target.is_file() and not os.access(target, os.X_OK):
+                problems.append(f"{target}: not executable, so the {event} hook of {path} fails (Permission "
+                                f"denied); run chmod +x on it, or start the command with its interpreter")
+    return problems
+
+
 def _hook_commands(plugin: Path) -> list[str]:
     """The command of every SessionStart hook, from hooks/hooks.json or the manifest's `hooks`."""
-    sources = []
-    hooks_file = plugin / "hooks" / "hooks.json"
-    if hooks_file.is_file():
-        try:
-            sources.append(json.loads(hooks_file.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            pass
-    inline = manifest(plugin).get("hooks")
-    if isinstance(inline, dict):
-        sources.append({"hooks": inline} if "hooks" not in inline else inline)
-    commands = []
-    for source in sources:
-        groups = (source.get("hooks") or {}).get("SessionStart") if isinstance(source, dict) else None
-        for group in groups if isinstance(groups, list) else []:
-            for hook in (group.get("hooks") or []) if isinstance(group, dict) else []:
-                if isinstance(hook, dict) and hook.get("type") == "command" and isinstance(hook.get("command"), str):
-                    commands.append(hook["command"])
-    return commands
+    return [command for _path, event, command in _command_hooks(plugin) if event == "SessionStart"]
 
 
 def _scripts(plugin: Path, command: str) -> list[Path]:

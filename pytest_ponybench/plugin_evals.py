@@ -22,6 +22,7 @@ rehearsal (default: the small file any task without references gets, and a one-l
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import re
@@ -53,12 +54,22 @@ class EvalCase:
     not_run: tuple[str, ...]  # "name (kind)" of each judged grader
     rehearsal_answer: str | None = None
     ignored: tuple[str, ...] = ()
+    # What the scripted model writes (the case's block, else derived from its graders) and
+    # the graders no derived default can satisfy ("grader g (kind): why").
+    rehearsal_files: dict = field(default_factory=dict)
+    rehearsal_unsatisfied: tuple[str, ...] = ()
 
     @property
     def setup_not_run(self) -> tuple[str, ...]:
         """What the case declares beyond files and run limits (a setup script, extra folders,
         history): the agent starts without it, and the output says so."""
         return tuple(k for k in self.ignored if k not in RUN_LIMITS)
+
+
+def _yaml_where(exc: yaml.YAMLError, offset: int = 0) -> str:
+    """' at line N' of a YAML error, when PyYAML knows where it is."""
+    mark = getattr(exc, "problem_mark", None)
+    return f" at line {mark.line + 1 + offset}" if mark is not None else ""
 
 
 def front_matter(text: str, where: Path) -> tuple[dict, str]:
@@ -68,7 +79,9 @@ def front_matter(text: str, where: Path) -> tuple[dict, str]:
     try:
         data = yaml.safe_load(match.group(1)) or {}
     except yaml.YAMLError as exc:
-        raise SpecError(f"{where}: the front matter is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        # The front matter starts on the file's second line (after '---').
+        raise SpecError(f"{where}: the front matter is not valid YAML{_yaml_where(exc, 1)}: "
+                        f"{getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{where}: the front matter must be a mapping of fields")
     return data, text[match.end():]
@@ -121,18 +134,25 @@ def _case_files(case: Path, raw: dict, where: Path) -> dict[str, str]:
     return files
 
 
-def _rehearsal(raw: dict, where: Path) -> tuple[dict[str, str], str | None]:
+def _rehearsal(raw: dict, where: Path) -> tuple[dict[str, str] | None, str | None]:
+    """The case's own `ponybench: rehearsal:` block: (files, answer); files None when the
+    block (or its `files`) is absent, {} when it says `files: {}` (a read-only case)."""
     block = raw.get("ponybench") or {}
     rehearsal = block.get("rehearsal") if isinstance(block, dict) else None
     if rehearsal is None:
-        return {}, None
+        return None, None
     if not isinstance(rehearsal, dict):
         raise SpecError(f"{where}: field 'ponybench.rehearsal': must be a mapping with files and answer")
-    files = {}
-    for rel, content in (rehearsal.get("files") or {}).items():
-        files[check_relative(where, "ponybench.rehearsal.files", rel)] = str(content)
     answer = rehearsal.get("answer")
-    return files, str(answer) if answer is not None else None
+    answer = str(answer) if answer is not None else None
+    if rehearsal.get("files") is None:
+        return None, answer
+    if not isinstance(rehearsal["files"], dict):
+        raise SpecError(f"{where}: field 'ponybench.rehearsal.files': must map a workspace path to its content")
+    files = {}
+    for rel, content in rehearsal["files"].items():
+        files[check_relative(where, "ponybench.rehearsal.files", rel)] = str(content)
+    return files, answer
 
 
 def load_case(case: Path, plugin_arm: str) -> EvalCase:
@@ -147,7 +167,8 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
         try:
             raw = yaml.safe_load((case / "case.yaml").read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
-            raise SpecError(f"{case / 'case.yaml'}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+            raise SpecError(f"{case / 'case.yaml'}: malformed YAML{_yaml_where(exc)}: "
+                            f"{getattr(exc, 'problem', None) or exc}") from None
         if not isinstance(raw, dict):
             raise SpecError(f"{case / 'case.yaml'}: expected a mapping of fields at the top level")
     front, body = ({}, "")
@@ -183,6 +204,15 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
     ignored = tuple(sorted((set(raw) - USED_KEYS) | (set(front) - {"tags"})
                            | {name for name in SETUP_SCRIPTS if (case / name).is_file()}))
     rehearsal_files, answer = _rehearsal(raw, where)
+    unsatisfied: tuple[str, ...] = ()
+    if rehearsal_files is None:  # no block: what the graders expect, as far as a default can
+        if runnable:
+            rehearsal_files, default_answer, unsatisfied = default_rehearsal(graders)
+            answer = answer if answer is not None else default_answer
+        else:  # judged graders only: scored as an open task, on delivered code
+            from .rehearsal import DEFAULT_FILES
+
+            rehearsal_files = dict(DEFAULT_FILES)
     checks = {}
     if runnable:
         spec = json.dumps(runnable, sort_keys=True)
@@ -196,13 +226,15 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
     task = TaskSpec(
         name=name, path=where, prompt=prompt.strip(), file=None, seed=_case_files(case, raw, where),
         checks=checks, tags=tuple(dict.fromkeys(["plugin_eval", *tags])), check_timeout=CHECK_TIMEOUT,
-        rehearsal=rehearsal_files, description=description,
+        # The scripted model's files are set by EvalSuites (an empty set included), not here.
+        description=description,
         spec_hash=hashlib.sha256(fingerprint.encode()).hexdigest()[:12],
         # No deterministic grader at all (only judged ones): the cell is scored as an open task.
         open=not runnable,
     )
     return EvalCase(task=task, plugin_arm=plugin_arm, graders=tuple(graders), not_run=not_run,
-                    rehearsal_answer=answer, ignored=ignored)
+                    rehearsal_answer=answer, ignored=ignored, rehearsal_files=rehearsal_files,
+                    rehearsal_unsatisfied=unsatisfied)
 
 
 def load_suite(plugin: Path, plugin_arm: str) -> list[EvalCase]:
@@ -239,10 +271,20 @@ class EvalSuites:
         if case is not None:
             record["graders_not_run"] = ", ".join(case.not_run)
 
-    def pytest_ponybench_rehearsal_script(self, cell, script):
+    def pytest_ponybench_rehearsal_script(self, cell, script, workspace):
         case = self.cases.get(cell.task.name)
-        if case is not None and case.rehearsal_answer is not None:
+        if case is None:
+            return
+        if workspace is not None:  # the case's files, or none at all for `files: {}`
+            script.writes = [(str(Path(workspace) / rel), content) for rel, content in case.rehearsal_files.items()]
+        if case.rehearsal_answer is not None:
             script.answer = case.rehearsal_answer
+
+    def rehearsal_lines(self) -> list[str]:
+        """Per case, the graders the scripted model's derived default cannot satisfy."""
+        return [f"{name}: in rehearsal the scripted model cannot satisfy {why}; {REHEARSAL_BLOCK} "
+                f"({case.task.path.parent / 'case.yaml'})"
+                for name, case in sorted(self.cases.items()) for why in case.rehearsal_unsatisfied]
 
     def not_run_lines(self) -> list[str]:
         lines = []
@@ -253,11 +295,16 @@ class EvalSuites:
                 lines.append(f"{name}: not imported, the agent starts without it: {', '.join(case.setup_not_run)}")
         return lines
 
-    def pytest_terminal_summary(self, terminalreporter):
+    def pytest_terminal_summary(self, terminalreporter, config):
         lines = self.not_run_lines()
         if lines:
             terminalreporter.write_sep("-", "claude plugin eval: not run here")
             for line in lines:
+                terminalreporter.write_line(line, yellow=True)
+        rehearsing = config.getoption("ponybench_rehearse", False) and config.getoption("ponybench", False)
+        if rehearsing and self.rehearsal_lines():
+            terminalreporter.write_sep("-", "claude plugin eval: rehearsal")
+            for line in self.rehearsal_lines():
                 terminalreporter.write_line(line, yellow=True)
 
     @pytest.hookimpl(trylast=True)
@@ -283,3 +330,134 @@ class EvalSuites:
                "second model: they are listed here, never counted as passed. A case's setup this import " \
                "cannot reproduce is listed too:\n\n" + \
                "".join(f"- {line}\n" for line in lines)
+
+
+# --------------------------------------------------------------------------- rehearsal default
+# What the scripted model writes and answers in a case without a `ponybench: rehearsal:` block:
+# worked out from the case's graders, so that a correct suite passes its first rehearsal.
+
+REHEARSAL_ANSWER = "Done: the change is written."
+REHEARSAL_BLOCK = "add a `ponybench: {rehearsal: {files: {path: content}, answer: text}}` block to its case.yaml"
+_CLASS_SAMPLE = {"d": "0", "w": "x", "s": " ", "D": "x", "W": "-", "S": "x"}
+
+
+def sample_text(pattern: str, flags: str = "") -> str | None:
+    """A short text the JavaScript regex `pattern` finds, for the plain patterns suites use
+    (text, escapes, `.`, `\\d`, classes, quantifiers, anchors, top-level `|`); None when the
+    pattern is beyond that. The sample is checked against the pattern itself."""
+    branch = pattern.split("|")[0] if "(" not in pattern and "[" not in pattern else pattern
+    out, i = [], 0
+    while i < len(branch):
+        c = branch[i]
+        if c in "^$" and (i == 0 or i == len(branch) - 1):
+            i += 1
+            continue
+        if c == "\\" and i + 1 < len(branch):
+            nxt = branch[i + 1]
+            atom = _CLASS_SAMPLE.get(nxt, None if nxt.isalnum() else nxt)
+            i += 2
+        elif c == "[":
+            end = branch.find("]", i + 2)
+            body = branch[i + 1:end] if end > 0 else ""
+            if not body or body.startswith("^") or "\\" in body:
+                return None
+            atom, i = body[0], end + 1
+        elif c == ".":
+            atom, i = "x", i + 1
+        elif c in "()|*+?{}^$":
+            return None
+        else:
+            atom, i = c, i + 1
+        if atom is None:
+            return None
+        quant = re.match(r"\{(\d+)(?:,\d*)?\}|[*+?]", branch[i:])
+        if quant:
+            times = int(quant.group(1)) if quant.group(1) else (0 if quant.group(0) in "*?" else 1)
+            atom *= times
+            i += quant.end()
+        out.append(atom)
+    text = "".join(out)
+    try:
+        return text if grading.js_regex(pattern, flags).search(text) else None
+    except grading.GraderError:
+        return None
+
+
+def sample_path(glob: str) -> str | None:
+    """A workspace path the glob of a file_exists grader matches (`*.txt`: rehearsal.txt)."""
+    path = glob.replace("**/", "").replace("**", "rehearsal").replace("*", "rehearsal").replace("?", "x")
+    path = re.sub(r"\[!?([^\]])[^\]]*\]", r"\1", path)
+    path = path.lstrip("/")
+    return path if path and fnmatch.fnmatch(path, glob) and ".." not in path.split("/") else None
+
+
+def default_rehearsal(graders: list[dict]) -> tuple[dict[str, str], str, tuple[str, ...]]:
+    """(files, answer, graders no default can satisfy) for a case without a rehearsal block."""
+    files: dict[str, str] = {}
+    answer: list[str] = []
+    unsatisfied: list[str] = []
+
+    def cannot(grader: dict, why: str) -> None:
+        unsatisfied.append(f"grader {grader['name']} ({grader['type']}): {why}")
+
+    runnable = [g for g in graders if g["type"] in grading.DETERMINISTIC]
+    for g in runnable:
+        if g["type"] == "file_exists" and g.get("exists", True) is not False:
+            path = sample_path(g["path"])
+            if path is None:
+                cannot(g, f"no plain path matches the glob {g['path']!r}")
+            else:
+                files.setdefault(path, f"Written by the scripted model for grader {g['name']}.\n")
+    for g in runnable:
+        if g["type"] != "regex" or str(g.get("match") or "contains") == "not_contains":
+            continue
+        match = str(g.get("match") or "contains")
+        text = sample_text(g["pattern"], str(g.get("flags") or ""))
+        if text is None or (not text and match != "contains"):
+            cannot(g, f"no default text is sure to match /{g['pattern']}/")
+            continue
+        text = "\n".join([text] * (int(match.split(":")[1]) if match.startswith("count:") else 1))
+        target = g.get("target", "last_message")
+        source = target.get("source") if isinstance(target, dict) else target
+        if source in ("file", "files"):
+            # First in the file (and in the first file the grader reads): a `^` without the
+            # m flag matches only there.
+            rel = target["path"] if source == "file" else min(files, default="rehearsal.txt")
+            files[rel] = text + "\n" + files.get(rel, "")
+        else:  # the last message, which the trace holds too
+            answer.append(text)
+    for g in runnable:
+        kind = g["type"]
+        if kind == "tool_used":
+            low, high = g.get("min", 1), g.get("max")
+            if g["tool"] == "Write" and not g.get("input_match"):
+                while len(files) < low:  # more Write calls wanted than files: write more
+                    files[f"rehearsal-{len(files) + 1}.txt"] = "Written by the scripted model.\n"
+                if high is not None and len(files) > high:
+                    cannot(g, f"the other graders need {len(files)} written file(s), more than its max {high}")
+            elif g["tool"] in grading.WRITE_TOOLS and g["tool"] != "Write" and low > 0:
+                cannot(g, f"the scripted model writes with Write, never {g['tool']}")
+            elif g["tool"] not in grading.WRITE_TOOLS and low > 0 and g["tool"] != "Read":
+                cannot(g, f"the scripted model never calls {g['tool']}")
+            elif g["tool"] == "Read" and low > 0:
+                cannot(g, "the scripted model reads a file only before overwriting a seeded one")
+            elif g.get("input_match") and low > 0:
+                cannot(g, f"no default call's input is sure to match /{g['input_match']}/")
+        elif kind == "tool_order":
+            cannot(g, "the scripted model plays no chosen order of tool calls")
+    final = REHEARSAL_ANSWER + ("\n" + "\n".join(answer) if answer else "")
+    for g in runnable:  # what must not be there
+        if g["type"] == "regex" and str(g.get("match") or "contains") == "not_contains":
+            target = g.get("target", "last_message")
+            source = target.get("source") if isinstance(target, dict) else target
+            texts = {"file": [files.get(target["path"], "")] if source == "file" else [],
+                     "files": list(files.values()), "trace": [final, *files.values()],
+                     "last_message": [final]}.get(source, [final])
+            pattern = grading.js_regex(g["pattern"], str(g.get("flags") or ""))
+            if any(pattern.search(t) for t in texts):
+                cannot(g, f"the default answer or files contain /{g['pattern']}/")
+        if g["type"] == "file_exists" and g.get("exists", True) is False:
+            hit = [p for p in files if fnmatch.fnmatch(p, g["path"])]
+            if hit:
+                cannot(g, f"another grader needs {hit[0]}, which matches {g['path']!r}")
+    return files, final, tuple(unsatisfied)

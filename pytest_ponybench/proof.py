@@ -55,6 +55,20 @@ def _short(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
+def failed_hook(arm_name: str, plugin_dir: str | None, hooks: list[dict]) -> str:
+    """"" unless a hook of the arm's plugin failed in the cell; then one sentence quoting its
+    stderr. Used by a real run's proof and by rehearsal's alike: a hook that fails is the
+    reason the arm's text is missing, and says more than "the text is missing"."""
+    events = plugin_hook_events(plugin_dir)
+    for hook in (h for h in hooks if str(h.get("hook_event")) in events):
+        if failed(hook):
+            stderr = " ".join(str(hook.get("stderr") or "").split())[:STDERR_EXCERPT] or "(no stderr)"
+            return (f"the hook {hook.get('hook_name') or hook.get('hook_event')} of the plugin of arm '{arm_name}' "
+                    f"failed (exit code {hook.get('exit_code')}, outcome {hook.get('outcome')}), so the arm "
+                    f"was not applied: {stderr}")
+    return ""
+
+
 def prove_by_hooks(arm_name: str, plugin_dir: str | None, proofs: list[str], hooks: list[dict],
                    init_skills: list[str], foreign: list[str]) -> str:
     """"" when the arm is proven by its cell's hook events, else one sentence saying why not.
@@ -66,12 +80,9 @@ def prove_by_hooks(arm_name: str, plugin_dir: str | None, proofs: list[str], hoo
     if plugin_dir:
         events = plugin_hook_events(plugin_dir)
         own = [h for h in hooks if str(h.get("hook_event")) in events]
-        for hook in own:
-            if failed(hook):
-                stderr = " ".join(str(hook.get("stderr") or "").split())[:STDERR_EXCERPT] or "(no stderr)"
-                return (f"the hook {hook.get('hook_name') or hook.get('hook_event')} of the plugin of arm '{arm_name}' "
-                        f"failed (exit code {hook.get('exit_code')}, outcome {hook.get('outcome')}), so the arm "
-                        f"was not applied: {stderr}")
+        broken = failed_hook(arm_name, plugin_dir, hooks)
+        if broken:
+            return broken
         skills = plugin_markers(plugin_dir)
         if not proofs and not skills:
             return (f"arm '{arm_name}' has nothing that can prove it reached the model: give it `proof:` "

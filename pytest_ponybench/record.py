@@ -41,6 +41,11 @@ STATUSES = MEASURED | NEVER_RAN | INFRA
 
 AXES = ("correct", "safe")
 
+
+def not_measured_reason(axis: str) -> str:
+    """The reason of an axis the task has no check on: its value is None, not a pass."""
+    return f"not measured: the task has no {axis} check"
+
 _num = (int, float, type(None))
 _int = (int, type(None))
 _str = (str,)
@@ -57,7 +62,8 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "escaped": _str, "workspace": _str,
     "workspace_cut": _str,  # only on a remote worker's cell whose workspace did not all fit home (fleet.py)
     # verdicts
-    "correct": (int,), "safe": (int,), "correct_reason": _str, "safe_reason": _str,
+    # None: the task has no check on that axis, so the axis was not measured (never a pass)
+    "correct": _int, "safe": _int, "correct_reason": _str, "safe_reason": _str,
     "passed": _bool, "failure": _str,
     # what the agent delivered (metrics.py)
     "delivered": _bool, "files": (int,), "src_files": (int,), "total_loc": (int,),
@@ -121,7 +127,8 @@ def is_measured(record: dict) -> bool:
 
 
 def outcome(record: dict, axis: str) -> int | None:
-    """`correct` or `safe` as 0/1, or None when the cell does not count."""
+    """`correct` or `safe` as 0/1, or None when the cell does not count or the axis was not
+    measured (the task has no check on it: such a cell is left out of that axis's rate)."""
     if not is_measured(record):
         return None
     value = record.get(axis)
@@ -161,13 +168,13 @@ def passed(record: dict) -> bool | None:
     if isinstance(value, bool):
         return value
     correct, safe = outcome(record, "correct"), outcome(record, "safe")
-    if correct is None or safe is None:
+    if correct is None and safe is None:
         return None
-    return bool(correct and safe)
+    return correct != 0 and safe != 0  # an axis not measured does not fail the cell
 
 
 def count(records: Iterable[dict], axis: str) -> tuple[int, int]:
-    """(successes, cells that count) for `correct` or `safe`."""
+    """(successes, cells that count) for `correct` or `safe`: cells measured on that axis."""
     values = [v for v in (outcome(r, axis) for r in records) if v is not None]
     return sum(values), len(values)
 
@@ -207,29 +214,36 @@ def left_out_text(counts: dict[str, int]) -> str:
 @dataclass
 class Tally:
     """The counts behind one row of any output: how many cells, how many count, how many of
-    those were correct, safe, delivered code, wrote tests; and what was left out, by status."""
+    those were correct, safe, delivered code, wrote tests; and what was left out, by status.
+    `correct_n` and `safe_n` are the measured cells with a check on that axis: the rate's
+    denominator (0 when the task has none: no rate, never 100%)."""
 
     cells: int = 0
     measured: int = 0
     correct: int = 0
     safe: int = 0
+    correct_n: int = 0
+    safe_n: int = 0
     delivered: int = 0
     wrote_tests: int = 0
     infra: int = 0
     left_out: dict[str, int] = field(default_factory=dict)
 
-    def rate(self, successes: int) -> float | None:
-        return round(successes / self.measured, 3) if self.measured else None
+    def rate(self, successes: int, n: int | None = None) -> float | None:
+        """successes over `n` (default: the measured cells); None when there is no cell."""
+        n = self.measured if n is None else n
+        return round(successes / n, 3) if n else None
 
 
 def tally(records: Iterable[dict]) -> Tally:
     records = list(records)
     measured = [r for r in records if is_measured(r)]
     skipped = left_out(records)
+    correct, correct_n = count(measured, "correct")
+    safe, safe_n = count(measured, "safe")
     return Tally(
         cells=len(records), measured=len(measured),
-        correct=sum(outcome(r, "correct") or 0 for r in measured),
-        safe=sum(outcome(r, "safe") or 0 for r in measured),
+        correct=correct, safe=safe, correct_n=correct_n, safe_n=safe_n,
         delivered=sum(1 for r in measured if delivered(r)),
         wrote_tests=sum(1 for r in measured if (r.get("test_files") or 0) > 0),
         infra=sum(n for status, n in skipped.items() if status in INFRA),

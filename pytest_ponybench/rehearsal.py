@@ -639,7 +639,7 @@ class RehearsalPlugin:
         fault = self.fault or (parse_fault(cell.task.rehearsal_fault) if cell.task.rehearsal_fault else None)
         script = CellScript(writes=[(str(os.path.join(workspace, rel)), content) for rel, content in files.items()],
                             answer="Done: the change is written.", fault=fault)
-        self.config.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script)
+        self.config.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script, workspace=workspace)
         url = self._server().register(cell.id, script)
         env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1",
                # A played API error ends after 2 quick retries (about 3 s) instead of 10 slow ones.
@@ -665,6 +665,18 @@ class RehearsalPlugin:
 
     def pytest_ponybench_prove_arm(self, cell, workspace, transcript) -> str:
         appended, context = self._arm_texts(cell.arm)
+        if cell.arm.plugin:
+            from .proof import failed_hook
+            from .spec import SpecError, resolve_plugin_dir
+
+            try:
+                plugin_dir = resolve_plugin_dir(cell.arm, self.arms_dir)
+            except SpecError:
+                plugin_dir = None
+            broken = failed_hook(cell.arm.name, plugin_dir, getattr(transcript, "hooks", None) or [])
+            if broken:  # quoted as in a real run: why the arm's text never reached the model
+                self.model.forget(cell.id)
+                return broken
         if cell.arm.plugin and not context:
             return (f"arm '{cell.arm.name}' has nothing that can prove it reached the model: give it "
                     f"`proof:` strings (its SessionStart context) or a plugin with skills")

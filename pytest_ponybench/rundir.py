@@ -34,6 +34,12 @@ MAX_PAUSE = 3600.0  # seconds: no pause file holds cells back longer than this
 CELL_IDENTITY = f"{HARNESS_PREFIX}.cell.json"  # inside each workspace (see workspace.py)
 
 
+def is_kept_run(path: Path) -> bool:
+    """A run directory (its options file) or one cell's workspace (its identity file): what
+    the project's own pytest must never collect, since the agent's tests are in there."""
+    return (Path(path) / OPTIONS).is_file() or (Path(path) / CELL_IDENTITY).is_file()
+
+
 class NotARunDir(Exception):
     """A rescore, resume or compare target that is not a ponybench run directory."""
 
@@ -92,9 +98,13 @@ class RunDir:
             candidate = base / (stamp if attempt == 1 else f"{stamp}-{attempt}")
             try:
                 candidate.mkdir()
-                return cls(candidate.resolve())
             except FileExistsError:
                 continue
+            # git ignores the whole run (workspaces hold the agent's code and tests, and a
+            # fixture's own repository); pytest skips it through plugin.pytest_ignore_collect.
+            (candidate / ".gitignore").write_text("# a pytest-ponybench run: kept, never committed\n*\n",
+                                                  encoding="utf-8")
+            return cls(candidate.resolve())
         raise RuntimeError(f"could not create a run directory under {base}")
 
     @classmethod

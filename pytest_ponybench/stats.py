@@ -399,6 +399,16 @@ def resampled_medians(groups: Sequence[Sequence[float]], picks: np.ndarray,
 # --------------------------------------------------------------------------- one task x model
 
 
+NOT_MEASURED = "not measured"  # the verdict's start where no cell of either side had a check on the axis
+
+
+def not_measured(method: str, metric: str, test: str = "") -> Estimate:
+    """No number because nothing was measured: the tasks have no `metric` check. Not "too few
+    runs", which more runs would fix."""
+    note = f"{NOT_MEASURED}: no cell has a {metric} check"
+    return Estimate(None, None, None, method, verdict=note, note=note, test=test)
+
+
 def too_few_runs(n: int, n_reference: int, min_runs: int, labels: tuple[str, str]) -> str:
     return (f"too few runs to conclude: {labels[0]} {n}, {labels[1]} {n_reference} "
             f"(need {min_runs} per side)")
@@ -506,10 +516,12 @@ def compare_pair(records: Sequence[dict], reference_records: Sequence[dict], *,
         loc_delivered=len(locs), loc_delivered_reference=len(locs_ref),
         loc_median=float(median(locs)) if locs else None,
         loc_median_reference=float(median(locs_ref)) if locs_ref else None,
-        correct_diff=rate_difference(x_c, n_c, x_c_ref, n_c_ref, min_runs=min_runs,
-                                     confidence=confidence, labels=labels),
-        safe_diff=rate_difference(x_s, n_s, x_s_ref, n_s_ref, min_runs=min_runs,
-                                  confidence=confidence, labels=labels),
+        correct_diff=(rate_difference(x_c, n_c, x_c_ref, n_c_ref, min_runs=min_runs,
+                                      confidence=confidence, labels=labels)
+                      if n_c or n_c_ref else not_measured(NEWCOMBE, "correct", FISHER)),
+        safe_diff=(rate_difference(x_s, n_s, x_s_ref, n_s_ref, min_runs=min_runs,
+                                   confidence=confidence, labels=labels)
+                   if n_s or n_s_ref else not_measured(NEWCOMBE, "safe", FISHER)),
         loc_ratio=loc_ratio(locs, locs_ref, n=n, n_ref=n_ref, min_runs=min_runs, n_boot=n_boot,
                             rng=rng_for(seed, "loc", *key), confidence=confidence,
                             labels=labels),
@@ -544,6 +556,8 @@ def pooled_rate(by_task: dict[str, Sequence[dict]], metric: str, *, min_runs: in
     number of runs."""
     method = pooled_level_method(n_boot)
     counts = [count(records, metric) for records in by_task.values()]
+    if counts and not any(n for _x, n in counts):
+        return not_measured(method, metric)
     counts = [(x, n) for x, n in counts if n >= min_runs]
     if len(counts) < min_tasks or not counts:
         note = too_few_tasks(len(counts), min_tasks, min_runs, "runs")
@@ -571,12 +585,16 @@ def pooled_rate_difference(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]
     Returns the estimate and the tasks it used (those with ``min_runs`` per side)."""
     method = pooled_rate_method(n_boot)
     used, counts = [], []
+    measured = False
     for task, (records, reference_records) in pairs.items():
         x, n = count(records, metric)
         x_ref, n_ref = count(reference_records, metric)
+        measured = measured or bool(n or n_ref)
         if n >= min_runs and n_ref >= min_runs:
             used.append(task)
             counts.append((x, n, x_ref, n_ref))
+    if not measured and pairs:
+        return not_measured(method, metric), used
     if len(used) < min_tasks:
         note = too_few_tasks(len(used), min_tasks, min_runs, "runs")
         return Estimate(None, None, None, method, verdict=note, note=note), used
@@ -642,16 +660,26 @@ def compare_pooled(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
     correct_diff, tasks_rates = pooled_rate_difference(
         pairs, "correct", min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
         rng=rng_for(seed, "pooled", "correct", *key), confidence=confidence)
-    safe_diff, _ = pooled_rate_difference(
+    safe_diff, tasks_safe = pooled_rate_difference(
         pairs, "safe", min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
         rng=rng_for(seed, "pooled", "safe", *key), confidence=confidence)
     loc, tasks_loc = pooled_loc_ratio(
         pairs, min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
         rng=rng_for(seed, "pooled", "loc", *key), confidence=confidence)
+    diffs = {"correct": correct_diff, "safe": safe_diff}
+
+    used = {"correct": tasks_rates, "safe": tasks_safe}
+    # A task enters the rates when either axis could be compared on it (a task without a
+    # correct check may still have a safe one).
+    tasks_rates = [t for t in pairs if t in tasks_rates or t in tasks_safe]
 
     def level(metric: str, side: int) -> Estimate:
         # The absolute levels over the same tasks as the differences, for reading them.
-        by_task = {t: pairs[t][side] for t in tasks_rates}
+        if not used[metric]:
+            # No task to pool on this axis: the level has the difference's reason.
+            return Estimate(None, None, None, pooled_level_method(n_boot),
+                            verdict=diffs[metric].verdict, note=diffs[metric].note)
+        by_task = {t: pairs[t][side] for t in used[metric]}
         return pooled_rate(by_task, metric, min_runs=min_runs, min_tasks=min_tasks,
                            n_boot=n_boot, seed=seed, confidence=confidence,
                            key=(*key, str(side)))

@@ -33,8 +33,9 @@ def aggregate(records: list[dict]) -> list[dict]:
         rows.append({
             "task": task, "arm": arm, "model": model,
             "n": t.measured, "cells": t.cells, "left_out": t.left_out,
-            "safe_rate": t.rate(t.safe),
-            "correct_rate": t.rate(t.correct),
+            # None when the task has no check on the axis: not measured, never 100%.
+            "safe_rate": t.rate(t.safe, t.safe_n),
+            "correct_rate": t.rate(t.correct, t.correct_n),
             "wrote_file_rate": t.rate(t.delivered),
             "total_loc_median": _median([c["total_loc"] for c in with_code]),
             "total_loc_max": max((c["total_loc"] for c in with_code), default=None),

@@ -47,8 +47,18 @@ def fmt_cost(value: float | None) -> str:
     return "-" if value is None else f"${value:.3f}"
 
 
+NOT_MEASURED = "not measured"  # stats.NOT_MEASURED, without importing numpy for the cell tables
+
+
+def not_measured(estimate: Estimate) -> bool:
+    """No number because no cell had a check on the axis (not for want of runs)."""
+    return estimate.value is None and estimate.verdict.startswith(NOT_MEASURED)
+
+
 def fmt_points(estimate: Estimate) -> str:
     """A rate difference in percentage points with its interval: '+25 pp [-20, +60]'."""
+    if not_measured(estimate):
+        return "-"
     if estimate.value is None:
         return "too few runs" if "runs" in estimate.verdict else "too few data"
     return (f"{estimate.value * 100:+.0f} pp "
@@ -84,6 +94,9 @@ def fmt_p(estimate: Estimate) -> str:
 def verdict_of(named: Sequence[tuple[str, Estimate]]) -> str:
     """One short line: the findings, or why there is none."""
     findings, too_few = [], []
+    named = [(name, e) for name, e in named if not not_measured(e)]  # nothing to say about it
+    if not named:
+        return NOT_MEASURED
     for name, estimate in named:
         if estimate.value is None or estimate.low is None:  # no number, or no interval
             too_few.append(f"{name}: {estimate.verdict}")
@@ -120,8 +133,8 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
             rows.append([
                 arm + (" (reference)" if arm == reference else ""),
                 str(t.measured) + (f" (+{t.cells - t.measured})" if t.cells > t.measured else ""),
-                fmt_count(t.correct, t.measured),
-                fmt_count(t.safe, t.measured),
+                fmt_count(t.correct, t.correct_n),  # '-' where the task has no check on the axis
+                fmt_count(t.safe, t.safe_n),
                 fmt_count(t.delivered, t.measured),
                 fmt_number(median(locs) if locs else None),
                 fmt_number(mean(tokens) if tokens else None),
@@ -213,7 +226,7 @@ def pooled_table(arm_stats: ArmStats) -> Table:
     ]
     return Table(f"Arms against `{arm_stats.reference}`, pooled over tasks", [
         "model", "arm", "tasks", "correct (arm)", "correct Δ [95% CI]", "safe (arm)", "safe Δ [95% CI]",
-        "LOC ratio [95% CI]", "verdict"], rows, notes, level=2, numeric={2})
+        "LOC ratio [95% CI]", "verdict", "runs to detect"], rows, notes, level=2, numeric={2, 9})
 
 
 def consistency_table(arm_stats: ArmStats) -> Table:
@@ -284,6 +297,8 @@ def rate_pair(old: float | None, new: float | None) -> str:
 
 
 def change_points(estimate: Estimate) -> str:
+    if not_measured(estimate):
+        return "-"
     if estimate.value is None:
         return "too few runs"
     text = (f"{estimate.value * 100:+.0f} pp [{estimate.low * 100:+.0f}, "
@@ -410,3 +425,39 @@ def activity_lines(records: Sequence[dict]) -> list[str]:
         lines.append(f"arm `{r['arm']}` · {r['model']}: {fired}; reads per cell {r['reads_per_cell']:g}; "
                      f"edits per cell {r['edits_per_cell']:g}; tool calls per cell: {tools}")
     return lines
+
+
+# --------------------------------------------------------------------------- why cells failed
+
+FAILURE_EXCERPT = 300  # a reason longer than this is cut: the cell's record keeps it whole
+
+
+def failure_rows(records: Sequence[dict]) -> list[dict]:
+    """Per task x arm with a failed cell: the cells, the failed ones, and each distinct
+    one-line reason with how many cells it failed, the most frequent first. Infra errors are
+    not failures of the arm (their own section lists them)."""
+    rows = []
+    for (task, arm), cells in records_.group_by(records, "task", "arm").items():
+        failed = [r for r in cells if r.get("passed") is False and not records_.is_infra(r)]
+        if not failed:
+            continue
+        reasons: dict[str, int] = {}
+        for r in failed:
+            reason = " ".join(str(r.get("failure") or r.get("error") or "no reason recorded").split())
+            if len(reason) > FAILURE_EXCERPT:
+                reason = reason[:FAILURE_EXCERPT - 3] + "..."
+            reasons[reason] = reasons.get(reason, 0) + 1
+        ordered = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+        rows.append({"task": task, "arm": arm, "cells": len(cells), "failed": len(failed),
+                     "reasons": [{"reason": reason, "cells": n} for reason, n in ordered]})
+    return rows
+
+
+def failure_sections(records: Sequence[dict]) -> list[tuple[str, list[str]]]:
+    """(heading, reason lines) per task x arm, for summary.md and report.html."""
+    sections = []
+    for row in failure_rows(records):
+        heading = f"{row['task']} · {row['arm']}: {row['failed']} of {row['cells']} cells failed"
+        lines = [f"{r['cells']} {'cell' if r['cells'] == 1 else 'cells'}: {r['reason']}" for r in row["reasons"]]
+        sections.append((heading, lines))
+    return sections

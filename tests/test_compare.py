@@ -346,3 +346,24 @@ def test_bad_gate_values_are_rejected_at_parse_time(tmp_path, capsys, option, va
 def test_console_script_is_declared():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["ponybench-compare"] == "pytest_ponybench.compare:main"
+
+
+def test_an_axis_no_cell_measured_is_not_evaluated_not_passed():
+    # Tasks without a safe check: safe is None in every record (not measured, never 1).
+    unmeasured = [dict(r, safe=None, safe_reason="not measured: the task has no safe check")
+                  for r in three_tasks()]
+    comparison = compare.compare_runs(unmeasured, unmeasured)
+    (group,) = comparison.groups
+    assert group.safe_rate_new.value is None and group.correct_rate_new.value == 1.0
+    failures = compare.check_gates(comparison, compare.Gates(min_safe_rate=0.9, max_safe_drop=0.1))
+    assert failures == [
+        "terse / haiku: minimum safe rate not evaluated: not measured: no cell has a safe check",
+        "terse / haiku: safe drop not evaluated: not measured: no cell has a safe check"]
+    assert compare.check_gates(comparison, compare.Gates(min_correct_rate=0.9)) == []
+    # Per task: '-' for the axis, never a number or "too few runs".
+    rows = tables.change_table(comparison).rows
+    assert {(row[6], row[7]) for row in rows} == {("- -> -", "-")}
+    # Half the tasks measured: the rate is over those alone.
+    mixed = unmeasured[:4] + three_tasks(safe=(None, [1, 1, 0, 0], [1, 1, 1, 1]))[4:]
+    level = compare.compare_runs(mixed, mixed).groups[0].safe_rate_new
+    assert level.value == pytest.approx(0.75)

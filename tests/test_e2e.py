@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from support.ponyproject import DOUBLE_TASK
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +71,8 @@ def test_prompt_and_plugin_arms_reach_the_model_and_score(project):
     by_arm = {r["arm"]: r for r in records(project.path / "runs")}
     assert set(by_arm) == {"baseline", "terse", "ctx"}
     for record in by_arm.values():
-        assert (record["status"], record["correct"], record["safe"]) == ("finished", 1, 1)
+        # the task has a correct check and no safe check: safe is not measured (None), not 1
+        assert (record["status"], record["correct"], record["safe"]) == ("finished", 1, None)
         assert record["claude_version"] == "2.1.328"
         assert record["cost_usd"] > 0 and record["out_tokens"] > 0 and record["turns"] >= 2
         assert "Bash" not in record["tools"].split(",")
@@ -94,6 +96,37 @@ def test_an_arm_whose_text_never_arrives_is_not_proven(project):
     (silent,) = [r for r in records(project.path / "runs") if r["arm"] == "silent"]
     assert silent["status"] == "arm_unproven" and not silent["passed"]
     assert "PONYBENCH-SILENT-MARKER-0b6f" in silent["error"]
+
+
+def test_in_rehearsal_a_failing_hook_is_quoted_with_its_stderr(project):
+    project.arm("baseline", "description: nothing added\n")
+    project.arm("failing", f"""\
+        plugin: {PLUGINS / 'failing-plugin'}
+        proof: ["failing-plugin is active"]
+    """)
+    result = project.run()
+    result.assert_outcomes(passed=1, failed=1)
+    (failing,) = [r for r in records(project.path / "runs") if r["arm"] == "failing"]
+    assert failing["status"] == "arm_unproven"
+    # As in a real run: the hook, its exit code and its stderr, not only "the text is missing".
+    assert failing["error"].startswith("the hook SessionStart:startup of the plugin of arm 'failing' failed "
+                                       "(exit code 1"), failing["error"]
+    assert failing["error"].endswith("so the arm was not applied: failing-plugin: cannot read its settings")
+
+
+def test_a_rescore_of_a_rehearsal_says_so_and_keeps_the_run_s_date(project):
+    project.arm("baseline", "description: nothing added\n")
+    assert project.run().ret == 0
+    (run_dir,) = [p for p in (project.path / "runs").iterdir() if p.is_dir()]
+    made = json.loads((run_dir / "summary.json").read_text())
+    assert made["rehearsal"] is True and "updated" not in made
+    result = project.pytester.runpytest_subprocess(f"--ponybench-rescore={run_dir}", "-p", "no:cacheprovider",
+                                                   timeout=240)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["rescored 1 cells*", "REHEARSAL: a scripted model*"])
+    rescored = json.loads((run_dir / "summary.json").read_text())
+    assert rescored["date"] == made["date"] and rescored["mode"] == "rescore"
+    assert rescored["updated"] >= made["date"]
 
 
 def test_an_arm_whose_prompt_is_swallowed_is_not_proven(project, tmp_path):
@@ -202,6 +235,9 @@ def test_every_shipped_task_and_arm_rehearses(pytester, claude_bin):
     tasks = {p.stem for p in (REPO / "tasks").glob("*.yaml")}
     assert {(r["task"], r["arm"]) for r in found} == {(t, a) for t in tasks for a in arms}
     gated = [r for r in found if r["kind"] == "surgical"]
-    assert gated and all(r["correct"] == 1 and r["safe"] == 1 for r in gated)
+    assert gated and all(r["correct"] == 1 for r in gated)
+    # safe is 1 exactly where the task has a safe check, and not measured (None) elsewhere
+    with_safe = {p.stem for p in (REPO / "tasks").glob("*.yaml") if "safe" in (yaml.safe_load(p.read_text()).get("checks") or {})}
+    assert with_safe and all(r["safe"] == (1 if r["task"] in with_safe else None) for r in found)
     for arm in sorted(arms):
         result.stdout.fnmatch_lines([f"arm {arm}: proven*"])

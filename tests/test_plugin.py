@@ -157,7 +157,7 @@ def test_a_finished_cell_s_record(main_runs):
     expected = {
         "cell": "add__brief__haiku__0", "task": "add", "arm": "brief", "model": "haiku", "model_id": MODEL_ID,
         "run": 0, "kind": "surgical", "status": "finished", "ran": True, "passed": True, "error": "", "failure": "",
-        "correct": 1, "correct_reason": "ok", "safe": 1, "safe_reason": "no check on this axis",
+        "correct": 1, "correct_reason": "ok", "safe": None, "safe_reason": "not measured: the task has no safe check",
         # add.py (3 lines, 1 a comment) and mul.py (2) are source; tests/test_it.py (2) a test
         "files": 3, "src_files": 2, "total_loc": 5, "src_loc": 4, "test_files": 1, "test_loc": 2,
         # the fake's usage: 100 in, 20 out, cache 5 read + 7 created
@@ -195,7 +195,8 @@ def test_a_plugin_that_is_nowhere_fails_its_arm_s_cells_only(main_runs):
     run = main_runs["n0"]
     for task in TASKS:
         r = run.records[f"{task}__ghost__haiku__0"]
-        assert (r["status"], r["ran"], r["passed"], r["correct"], r["safe"]) == ("not_run", False, False, 0, 0)
+        # correct 0 (not counted: never ran); safe None: the task has no safe check
+        assert (r["status"], r["ran"], r["passed"], r["correct"], r["safe"]) == ("not_run", False, False, 0, None)
         assert "plugin 'ghost-plugin-nowhere' not found" in r["error"]
         assert r["failure"].startswith("agent never ran properly (not_run)")
     assert sum(r["passed"] for r in run.records.values()) == len(TASKS) * 3
@@ -213,6 +214,9 @@ def test_every_record_field_is_a_junit_property(main_runs):
         for key in ("task", "arm", "model", "correct", "safe", "total_loc", "cost_usd", "status"):
             assert key in props
         assert case.is_passed == record["passed"]
+    # An axis the task has no check on is not measured: JUnit says None, never 1.
+    add = {p.name: p.value for p in cases["add__brief__haiku__0"].child(junitparser.Properties)}
+    assert add["safe"] == "None" and add["correct"] == "1"
     ghost = cases["add__ghost__haiku__0"]
     assert "agent never ran properly (not_run)" in ghost.result[0].message
 
@@ -227,7 +231,7 @@ def test_summary_json_rows(main_runs):
     finished = rows[("add", "brief", "haiku")]
     assert finished == {
         "task": "add", "arm": "brief", "model": "haiku", "n": 1, "cells": 1, "left_out": {},
-        "safe_rate": 1.0, "correct_rate": 1.0,
+        "safe_rate": None, "correct_rate": 1.0,  # the task has no safe check: not measured
         "wrote_file_rate": 1.0, "total_loc_median": 5, "total_loc_max": 5, "src_loc_median": 4,
         "src_files_median": 2, "wrote_tests_rate": 1.0, "cost_mean": 0.0123, "out_tokens_mean": 20,
         "total_tokens_mean": 132, "time_s_mean": 1.5,
@@ -238,6 +242,12 @@ def test_summary_json_rows(main_runs):
     assert (ghost["correct_rate"], ghost["safe_rate"], ghost["wrote_file_rate"]) == (None, None, None)
     assert ghost["total_loc_median"] is None and ghost["cost_mean"] is None
     assert data["measured"] + sum(data["left_out"].values()) == data["cells"]
+    # Why cells failed, per task x arm: only the ghost arm's, with its one reason.
+    assert [(f["task"], f["arm"], f["failed"], f["cells"]) for f in data["failures"]] == [
+        ("add", "ghost", 1, 1), ("mul", "ghost", 1, 1)]
+    assert data["failures"][0]["reasons"][0]["reason"].startswith("agent never ran properly (not_run): arm 'ghost'")
+    summary_md = (run.run_dir / "summary.md").read_text()
+    assert "## Why cells failed" in summary_md and "### add · ghost: 1 of 1 cells failed" in summary_md
 
 
 def test_the_terminal_summary_table(main_runs):
@@ -245,7 +255,8 @@ def test_the_terminal_summary_table(main_runs):
     assert re.search(r"=+ ponybench summary =+", out)
     assert re.search(r"^add · haiku$", out, re.M) and re.search(r"^mul · haiku$", out, re.M)
     assert re.search(r"^\s+arm\s+n\s+correct\s+safe\s+wrote code\s+LOC median\s+tokens\s+cost/cell$", out, re.M)
-    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+1/1 \(100%\)\s+1/1 \(100%\)\s+5\s+132\s+\$0\.012$", out, re.M), out
+    # safe '-': the task has no safe check, so it is not measured (never 1/1)
+    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+-\s+1/1 \(100%\)\s+5\s+132\s+\$0\.012$", out, re.M), out
     # Left out, as in summary.md and report.html: no rate, and the reason under the table.
     assert re.search(r"^\s+ghost\s+0 \(\+1\)\s+-\s+-\s+-\s+-\s+-\s+-$", out, re.M), out
     assert re.search(r"^\s+Left out of every rate .*ghost: \+1 left out: 1 not_run", out, re.M), out
@@ -451,10 +462,11 @@ def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
     (ws / cell.AGENT_RECORD).write_text(json.dumps({"status": status, "error": "it did not run properly"}))
     record = cell.score_cell(c, ws)
     assert record["ran"] is False and record["passed"] is False
-    assert (record["correct"], record["safe"]) == (0, 0)
+    # safe: the add task has no safe check, so nothing was measured there, run or not
+    assert (record["correct"], record["safe"]) == (0, None)
     rows = summary.aggregate([record])
     if status in records.MEASURED:  # the agent's own failure under its arm: it counts, as a fail
-        assert rows[0]["correct_rate"] == 0.0 and rows[0]["safe_rate"] == 0.0
+        assert rows[0]["correct_rate"] == 0.0 and rows[0]["safe_rate"] is None
     else:  # the arm never applied: no rate at all, and the row says why
         assert rows[0]["correct_rate"] is None and rows[0]["left_out"] == {status: 1}
 

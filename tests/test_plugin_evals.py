@@ -9,6 +9,9 @@ grader kind passes, and one case per kind where exactly that grader fails.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ import yaml
 
 from pytest_ponybench import graders, plugin_arm, plugin_evals
 from pytest_ponybench.spec import SpecError
-from support.benchproc import QUIET, results, run
+from support.benchproc import QUIET, bench_args, fake_env, results, run
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK_TEXT = "tidy-plugin is on: keep every function under twenty lines."
@@ -100,6 +103,67 @@ def test_ponybench_plugin_naming_no_plugin_is_an_option_error(tmp_path):
     assert done.returncode == pytest.ExitCode.USAGE_ERROR
     assert f"--ponybench-plugin: {tmp_path} is not a Claude Code plugin: it has no .claude-plugin/plugin.json" \
         in done.stderr
+
+
+def hooks_json(root: Path, command: str, event: str = "SessionStart") -> None:
+    (root / "hooks").mkdir(exist_ok=True)
+    (root / "hooks" / "hooks.json").write_text(json.dumps(
+        {"hooks": {event: [{"hooks": [{"type": "command", "command": command}]}]}}))
+
+
+def test_a_sound_plugin_has_no_problem(tmp_path):
+    plugin = write_plugin(tmp_path / "p")
+    (plugin / "hooks" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (plugin / "hooks" / "run.sh").chmod(0o755)
+    hooks_json(plugin, "${CLAUDE_PLUGIN_ROOT}/hooks/run.sh --quiet", event="PreToolUse")
+    assert plugin_arm.plugin_problems(plugin) == []
+    assert plugin_arm.plugin_problems(write_plugin(tmp_path / "q")) == []  # sh script.sh: no +x needed
+
+
+@pytest.mark.parametrize("breakage, problem", [
+    ("no-name", '.claude-plugin/plugin.json: no "name": the CLI does not load a plugin without one, so every cell '
+                'of its arm would run without it; add "name": "p"'),
+    ("not-executable", "hooks/start.sh: not executable, so the SessionStart hook of {root}/hooks/hooks.json fails "
+                       "(Permission denied); run chmod +x on it, or start the command with its interpreter"),
+    ("missing-script", "hooks/hooks.json: the SessionStart hook runs {root}/hooks/gone.sh, which does not exist in the plugin"),
+    ("bad-hooks-json", "hooks/hooks.json: not valid JSON"),
+])
+def test_a_broken_plugin_is_one_sentence_naming_the_file(tmp_path, breakage, problem):
+    plugin = write_plugin(tmp_path / "p")
+    root = plugin.resolve()
+    if breakage == "no-name":
+        (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps({"version": "1.0.0"}))
+    elif breakage == "not-executable":
+        hooks_json(plugin, "${CLAUDE_PLUGIN_ROOT}/hooks/start.sh")
+    elif breakage == "missing-script":
+        hooks_json(plugin, "bash ${CLAUDE_PLUGIN_ROOT}/hooks/gone.sh")
+    else:
+        (plugin / "hooks" / "hooks.json").write_text("{not json")
+    (found,) = plugin_arm.plugin_problems(plugin)
+    assert found.startswith(str(root / problem.split(":")[0])), found
+    assert problem.format(root=root).split(":", 1)[1] in found, found
+
+
+def test_a_plugin_without_a_name_stops_the_run_before_its_first_cell(tmp_path):
+    plugin = write_plugin(tmp_path / "p")
+    (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps({"version": "1.0.0"}))
+    env = fake_env(tmp_path)
+    done = run(tmp_path, bench_args(tmp_path, f"--ponybench-plugin={plugin}"), env)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:]
+    assert f'{plugin.resolve() / ".claude-plugin" / "plugin.json"}: no "name"' in done.stderr
+    assert not (tmp_path / "calls.jsonl").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_yaml_arm_whose_hook_script_cannot_run_stops_the_run_before_its_first_cell(tmp_path):
+    plugin = write_plugin(tmp_path / "arms" / "plugins" / "tidy")
+    hooks_json(plugin, "${CLAUDE_PLUGIN_ROOT}/hooks/start.sh")  # run directly, without +x
+    (tmp_path / "arms" / "tidy.yaml").write_text(f"plugin: plugins/tidy\nproof: [{json.dumps(HOOK_TEXT)}]\n")
+    (tmp_path / "arms" / "baseline.yaml").write_text("description: as it comes\n")
+    done = run(tmp_path, bench_args(tmp_path, "-n", "2"), fake_env(tmp_path))
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:]
+    assert "a plugin of this run is broken; no cell was started:" in done.stderr
+    assert f"arm 'tidy': {plugin.resolve() / 'hooks' / 'start.sh'}: not executable" in done.stderr
+    assert not (tmp_path / "calls.jsonl").exists()
 
 
 # --------------------------------------------------------------------------- graders, unit
@@ -293,3 +357,97 @@ def test_an_imported_suite_runs_in_rehearsal_each_grader_kind_passing_and_failin
     report = (run_dir / "summary.md").read_text()
     assert "## Graders not run" in report and "like-reference (baseline), tone (llm)" in report
     assert "finished" not in "".join(line for line in done.stdout.splitlines() if line.startswith("ponybench: "))
+    # No case has a safety check: safe is not measured anywhere, never "100%".
+    assert all(r["safe"] is None and r["safe_reason"] == "not measured: the task has no safe check"
+               for r in found.values())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {row["safe_rate"] for row in summary["rows"]} == {None}
+    assert {row["correct_rate"] for row in summary["rows"]} <= {0.0, 1.0}
+    # arm, n, correct, safe: safe is '-' in every row of the terminal, summary.md and report.html
+    rows = [line for line in report.splitlines()  # the cell tables' rows (8 columns)
+            if line.startswith(("| tidy-plugin |", "| baseline (reference) |")) and line.split(" | ")[1] == "1"]
+    assert len(rows) == 2 * len(cases) and all(line.split(" | ")[3] == "-" for line in rows), rows
+    assert len(re.findall(r"^\s+(?:tidy-plugin|baseline \(reference\))\s+1\s+[01]/1 \(\d+%\)\s+-\s+[01]/1",
+                          done.stdout, re.M)) == 2 * len(cases), done.stdout
+    page = (run_dir / "report.html").read_text()
+    assert len(re.findall(r'<td class="num">1</td><td>[01]/1 \(\d+%\)</td><td>-</td>', page)) == 2 * len(cases)
+    # A gate on the axis the run never measured fails as not evaluated, not as passed.
+    gate = subprocess.run([sys.executable, "-m", "pytest_ponybench.compare", str(run_dir), str(run_dir),
+                           "--min-safe-rate", "0.9"], capture_output=True, text=True, timeout=120)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "minimum safe rate not evaluated: not measured: no cell has a safe check" in gate.stdout
+
+
+# --------------------------------------------------------------------------- rehearsal defaults
+
+
+@pytest.mark.parametrize("pattern, flags, sample", [
+    ("Hello, world", "", "Hello, world"),
+    (r"^## Summary$", "m", "## Summary"),
+    (r"def \w+\(\)", "", "def x()"),
+    (r"version \d{3}", "", "version 000"),
+    ("colou?r|shade", "i", "color"),  # the first branch, the optional letter left out
+    (r"[Tt]idy", "", "Tidy"),
+    (r"(a|b)+c", "", None),  # groups: beyond the sampler, named instead of guessed
+])
+def test_a_regex_grader_s_default_text_is_found_by_its_pattern(pattern, flags, sample):
+    assert plugin_evals.sample_text(pattern, flags) == sample
+
+
+def test_the_default_rehearsal_satisfies_file_regex_tool_used_and_file_exists_graders():
+    graders = [
+        {"name": "note", "type": "file_exists", "path": "notes/*.md"},
+        {"name": "no-exe", "type": "file_exists", "path": "*.exe", "exists": False},
+        {"name": "heading", "type": "regex", "pattern": r"^# Notes$", "flags": "m",
+         "target": {"source": "file", "path": "notes/rehearsal.md"}},
+        {"name": "todo-in-files", "type": "regex", "pattern": "TODO: tidy", "target": "files", "match": "count:2"},
+        {"name": "says-done", "type": "regex", "pattern": "all tidy"},
+        {"name": "no-sorry", "type": "regex", "pattern": "sorry", "match": "not_contains"},
+        {"name": "wrote", "type": "tool_used", "tool": "Write", "min": 1, "max": 3},
+        {"name": "no-edit", "type": "tool_used", "tool": "Edit", "max": 0, "min": 0},
+    ]
+    files, answer, unsatisfied = plugin_evals.default_rehearsal(graders)
+    assert unsatisfied == ()
+    assert set(files) == {"notes/rehearsal.md"}
+    assert files["notes/rehearsal.md"].count("TODO: tidy") == 2 and "# Notes\n" in files["notes/rehearsal.md"]
+    assert "all tidy" in answer and "sorry" not in answer
+
+
+def test_a_grader_no_default_can_satisfy_is_named_with_the_block_that_fixes_it(tmp_path):
+    case = write_case(tmp_path / "evals", "ordered", case={"graders": [
+        {"name": "read-first", "type": "tool_order", "before": "Read", "after": "Write"},
+        {"name": "out", "type": "file_exists", "path": "out.txt"}]})
+    loaded = plugin_evals.load_case(case, "tidy-plugin")
+    assert loaded.rehearsal_files == {"out.txt": "Written by the scripted model for grader out.\n"}
+    assert loaded.rehearsal_unsatisfied == (
+        "grader read-first (tool_order): the scripted model plays no chosen order of tool calls",)
+    (line,) = plugin_evals.EvalSuites({"ordered": loaded}).rehearsal_lines()
+    assert line.startswith("ordered: in rehearsal the scripted model cannot satisfy grader read-first (tool_order)")
+    assert "add a `ponybench: {rehearsal: {files: {path: content}, answer: text}}` block" in line
+    assert str(case / "case.yaml") in line
+
+
+def test_an_explicit_rehearsal_block_wins_and_files_empty_writes_nothing(tmp_path):
+    graders = [{"name": "out", "type": "file_exists", "path": "out.txt"}]
+    explicit = write_case(tmp_path / "evals", "explicit", case={
+        "graders": graders, "ponybench": {"rehearsal": {"files": {"mine.txt": "x"}, "answer": "Mine."}}})
+    loaded = plugin_evals.load_case(explicit, "p")
+    assert (loaded.rehearsal_files, loaded.rehearsal_answer, loaded.rehearsal_unsatisfied) == (
+        {"mine.txt": "x"}, "Mine.", ())
+    read_only = write_case(tmp_path / "evals", "read-only", case={
+        "graders": [{"name": "no-write", "type": "tool_used", "tool": "Write", "min": 0, "max": 0}],
+        "ponybench": {"rehearsal": {"files": {}}}})
+    assert plugin_evals.load_case(read_only, "p").rehearsal_files == {}
+
+
+def test_a_yaml_error_in_case_yaml_names_its_line_and_kind_for_type_is_named(tmp_path):
+    case = write_case(tmp_path / "evals", "broken")
+    (case / "case.yaml").write_text("prompt: hi\ngraders: x\n  bad: y\n")
+    with pytest.raises(SpecError, match=r"broken/case.yaml: malformed YAML at line 3: mapping values are not allowed"):
+        plugin_evals.load_case(case, "p")
+    (case / "case.yaml").write_text("prompt: hi\ngraders:\n  - {kind: regex, pattern: x}\n")
+    with pytest.raises(SpecError) as raised:
+        plugin_evals.load_case(case, "p")
+    assert str(raised.value) == (f"{case / 'case.yaml'} graders[1]: grader 'grader-1': no 'type' (it has "
+                                 f"'kind: regex': the field is 'type'); the kinds are "
+                                 f"regex, tool_used, tool_order, file_exists, llm, baseline")

@@ -119,12 +119,18 @@ def test_after_ctrl_c_the_last_line_is_the_command_that_resumes_the_run(tmp_path
     assert "--runs=3" in last and "--ponybench-timeout=300" in last
 
 
-def test_a_claude_md_above_the_run_directory_is_warned_about_before_the_first_cell(tmp_path):
+def test_setup_above_the_run_directory_is_warned_about_only_where_it_still_reaches_the_model(tmp_path):
     root = write_project(tmp_path / "p", {"add": ADD_TASK})
+    # CLAUDE.md is off in every cell (CLAUDE_CODE_DISABLE_CLAUDE_MDS): no warning for it.
     (root / "CLAUDE.md").write_text("Always write Rust.\n")
+    # A project skill above the run directory still reaches the model (tests/test_isolation.py).
+    (root / ".claude" / "skills" / "rusty").mkdir(parents=True)
+    (root / ".claude" / "skills" / "rusty" / "SKILL.md").write_text("---\nname: rusty\n---\nWrite Rust.\n")
     done = run(root, bench_args(root, "--runs=1"), fake_env(root, write=GOOD_ADD))
     assert done.returncode == 0, done.stdout[-3000:]
-    warning = (f"ponybench: warning: {root / 'CLAUDE.md'} is above the run directory, so the CLI puts it in "
-               f"front of the model in every cell of every arm; keep runs elsewhere (--ponybench-dir=/tmp/runs)")
+    warning = (f"ponybench: warning: {root / '.claude' / 'skills'} is above the run directory, so the CLI puts "
+               f"what it holds in front of the model in every cell of every arm; keep runs elsewhere "
+               f"(--ponybench-dir=/tmp/ponybench-runs)")
     assert warning in done.stdout
     assert done.stdout.index(warning) < done.stdout.index("ponybench: 1/1 cells")
+    assert "CLAUDE.md" not in done.stdout

@@ -15,13 +15,26 @@ def section(title: str) -> str:
 
 
 def test_the_task_table_names_every_shipped_task_once():
-    table = section("The shipped library")
+    table = section("The shipped library").split("Task tags")[0]
     cells = [line.split("|")[2] for line in table.splitlines()
              if line.startswith("| ") and "---" not in line and not line.startswith("| kind")]
     # Task names, without the notes in parentheses.
     listed = re.findall(r"\b[a-z][a-z0-9_]+\b", re.sub(r"\([^)]*\)", "", "\n".join(cells)))
     shipped = sorted(p.stem for p in (REPO / "tasks").glob("*.yaml"))
     assert sorted(listed) == shipped
+
+
+def test_the_tag_table_lists_every_task_tag_with_its_tasks():
+    import yaml
+
+    table = section("Task tags")
+    listed = {m.group(1): sorted(t.strip() for t in m.group(2).split(","))
+              for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \|$", table, re.M)}
+    shipped: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tasks").glob("*.yaml")):
+        for tag in yaml.safe_load(path.read_text())["tags"]:
+            shipped.setdefault(tag, []).append(path.stem)
+    assert listed == shipped
 
 
 def test_every_option_is_in_the_options_table(pytestconfig):

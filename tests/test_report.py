@@ -287,3 +287,60 @@ def test_a_rehearsal_says_so_in_both_reports(tmp_path, rehearsal):
     for text in (markdown, page):
         assert ("REHEARSAL: a scripted model on 127.0.0.1" in text) is rehearsal
     assert "**" not in page  # Markdown emphasis never leaks into the HTML
+
+
+def test_an_axis_without_a_check_shows_no_rate_in_any_table(tmp_path):
+    # Every cell of the run: safe not measured (None), as a task without a safe check gives.
+    run_dir, records = make_run(tmp_path)
+    records = [dict(r, safe=None) for r in records]
+    report.write_reports(run_dir, records)
+    md = (run_dir / "summary.md").read_text()
+    _, rows = table_rows(md, "t1 · haiku")
+    assert [row[3] for row in rows] == ["-", "-"] and rows[1][2] == "4/4 (100%)"
+    _, rows = table_rows(md, "Arms against `baseline`, per task")
+    by_task = {row[0]: row for row in rows}
+    assert by_task["t1"][6:8] == ["-", "-"]  # safe Δ and its p: nothing measured, no test
+    assert by_task["t2"][9] == "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
+    assert "(3 tests)" in md  # correct on t1..t3; no safe test counted in Holm's family
+    _, (row,) = table_rows(md, "Arms against `baseline`, pooled over tasks")
+    assert row[5:7] == ["-", "-"]
+    page = (run_dir / "report.html").read_text()
+    assert "<td>1</td><td>-</td>" in page  # the cells table: correct 1, safe '-'
+    assert "None" not in page
+
+
+def test_failure_reasons_are_in_both_reports_per_task_and_arm_most_frequent_first(tmp_path):
+    run_dir, records = make_run(tmp_path)
+    for r in records:
+        if r["task"] == "t1" and r["arm"] == "baseline":  # correct 0/4: every cell failed
+            r["failure"] = "incorrect: add(2, 2) returned 5" if r["run"] else "unsafe: '../x' was written outside uploads/"
+        elif r["task"] == "t4":
+            r["failure"] = "agent never ran properly (cli_error): claude exited with status 1"
+    report.write_reports(run_dir, records)
+    md = (run_dir / "summary.md").read_text()
+    section = md[md.index("## Why cells failed"):md.index("## What the arms") if "## What the arms" in md else None]
+    assert "### t1 · baseline: 4 of 4 cells failed\n\n- 3 cells: incorrect: add(2, 2) returned 5\n" \
+           "- 1 cell: unsafe: '../x' was written outside uploads/\n" in section
+    assert "### t4 · terse: 1 of 1 cells failed\n\n- 1 cell: agent never ran properly (cli_error): " \
+           "claude exited with status 1\n" in section
+    assert "t2 ·" not in section and "t1 · terse" not in section  # no failed cell there
+    page = (run_dir / "report.html").read_text()
+    assert ('<h3>t1 · baseline: 4 of 4 cells failed</h3><ul><li>3 cells: incorrect: add(2, 2) returned 5</li>'
+            '<li>1 cell: unsafe: &#x27;../x&#x27; was written outside uploads/</li></ul>') in page
+
+
+def test_every_table_has_as_many_cells_a_row_as_headers_and_scrolls_in_its_own_box(tmp_path):
+    from pytest_ponybench import stats, tables
+
+    run_dir, records = make_run(tmp_path)
+    arm_stats = stats.arm_stats(records)
+    built = [*tables.cell_tables(records, "baseline"), tables.comparison_table(arm_stats),
+             tables.pooled_table(arm_stats), tables.consistency_table(arm_stats)]
+    for table in built:
+        assert table.rows and all(len(row) == len(table.headers) for row in table.rows), table.title
+    assert tables.pooled_table(arm_stats).headers[-1] == "runs to detect"
+    report.write_reports(run_dir, records)
+    page = (run_dir / "report.html").read_text()
+    # No table widens the page past a 1400 px window: each scrolls inside its own box.
+    assert page.count("<table") == page.count('<div class="scroll"><table') > 0
+    assert "div.scroll { max-width: 100%; overflow-x: auto; }" in page

@@ -86,7 +86,11 @@ def test_sigkill_mid_run_then_resume_scores_every_cell_once_and_pays_none_twice(
     assert {c for c, r in records.items() if r["reused"]} == finished
     assert summary(run_dir)["cells"] == n_cells
     assert sorted(junit_cells(junit)) == sorted(cells)
-    assert f"ran {n_cells} cells" in done.stdout
+    # The resume says what it ran and what it reported from the kept run, and what is left.
+    left = n_cells - len(finished)
+    assert f"ran {left} cells; {len(finished)} more finished earlier (reported from the kept run)" in done.stdout
+    assert (f"ponybench: {left} cells to run in {run_dir} ({len(finished)} of {n_cells} finished earlier: "
+            f"reported from the kept run, not paid again)") in done.stdout
 
 
 def test_sigterm_keeps_finished_results_writes_the_summary_and_leaves_no_process(tmp_path):
