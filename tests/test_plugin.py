@@ -304,7 +304,7 @@ def test_rescore_gives_the_same_results_with_no_cli_call(main_runs, project, pyt
 def test_without_ponybench_no_cell_is_collected_or_run(project, pytester):
     root = project(tasks=TASKS, arms=ARMS, write=pp.GOOD_WRITES)
     result = pytester.runpytest("-v", *pp.QUIET)
-    result.assert_outcomes(passed=2 * len(TASKS) + 2)  # each task's two references, two harness proofs
+    result.assert_outcomes(passed=3 * len(TASKS) + 2)  # each task's two references and mutation score, two harness proofs
     assert "__haiku__" not in result.stdout.str()
     assert pp.calls(root) == []
     assert not (root / "runs").exists()
@@ -348,7 +348,7 @@ def test_a_cell_timeout_kills_the_agent_and_leaves_no_process(project, pytester)
 def test_garbage_output_is_bad_output_and_the_run_goes_on(project, pytester):
     root = project(arms={"baseline": "{}\n", "brief": "prompt: Be brief.\n"}, mode="garbage")
     result = pytester.runpytest(*pp.bench_args(root))
-    result.assert_outcomes(failed=2, deselected=4)  # the two references and the two harness proofs
+    result.assert_outcomes(failed=2, deselected=5)  # the two references, the mutation score, two harness proofs
     assert len(pp.calls(root)) == 2
     for record in pp.results(pp.only_run_dir(root)):
         assert (record["status"], record["ran"], record["correct"]) == ("bad_output", False, 0)
@@ -375,7 +375,7 @@ def test_a_wrong_arm_in_the_init_line_fails_the_cell(project, pytester, fake, pr
     root = project(arms={"baseline": "{}\n", "plug": "plugin: plug\n"}, write=pp.GOOD_WRITES, **fake)
     (root / "arms" / "plug").mkdir()
     result = pytester.runpytest(*pp.bench_args(root))
-    result.assert_outcomes(failed=2, deselected=4)
+    result.assert_outcomes(failed=2, deselected=5)
     records = pp.by_cell(pp.results(pp.only_run_dir(root)))
     assert sorted(records) == ["add__baseline__haiku__0", "add__plug__haiku__0"]
     for record in records.values():
