@@ -230,3 +230,58 @@ def test_a_far_pause_is_capped_to_the_longest_pause_the_harness_writes(tmp_path)
     for until in ("Infinity", "NaN", '"soon"', "1e999"):
         run_dir.pause_path.write_text(f'{{"until": {until}}}')
         assert run_dir.paused_until() <= time.time() + 40.5
+
+
+BOMB = "".join(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9 if prev else ['"lol"'] * 9) + "]\n"
+               for prev, name in zip([None, *"abcdefgh"], "abcdefghi"))
+
+
+def test_a_yaml_anchor_bomb_task_file_is_refused_at_once_naming_the_file(tmp_path):
+    from pytest_ponybench.spec import SpecError, load_task
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(f'prompt: "Write add."\nfile: add.py\nchecks: {{correct: "assert True"}}\n{BOMB}')
+    assert len(path.read_bytes()) < 700
+    started = time.monotonic()
+    with pytest.raises(SpecError) as refused:
+        load_task(path, tmp_path)
+    assert time.monotonic() - started < 1.0
+    assert str(path) in str(refused.value) and "alias" in str(refused.value)
+
+
+def a_case(tmp_path: Path) -> Path:
+    case = tmp_path / "evals" / "greet"
+    (case / "files").mkdir(parents=True)
+    (case / "prompt.md").write_text("Say hello in hello.txt.\n")
+    (case / "case.yaml").write_text("graders:\n  - type: file_exists\n    path: hello.txt\n")
+    return case
+
+
+def test_an_anchor_bomb_in_an_eval_case_is_refused_naming_the_file(tmp_path):
+    from pytest_ponybench import plugin_evals
+    from pytest_ponybench.spec import SpecError
+
+    case = a_case(tmp_path)
+    (case / "case.yaml").write_text("graders:\n  - type: file_exists\n    path: hello.txt\n" + BOMB)
+    started = time.monotonic()
+    with pytest.raises(SpecError, match="case.yaml.*alias"):
+        plugin_evals.load_case(case, "plug")
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_symlink_in_an_eval_case_s_files_is_refused_naming_the_link(tmp_path):
+    from pytest_ponybench import plugin_evals
+    from pytest_ponybench.spec import SpecError
+
+    case = a_case(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a secret of the user's\n")
+    (case / "files" / "notes.txt").symlink_to(secret)
+    with pytest.raises(SpecError, match=r"files/notes\.txt: a symbolic link"):
+        plugin_evals.load_case(case, "plug")
+    (case / "files" / "notes.txt").unlink()
+    (case / "files" / "sub").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(SpecError, match=r"files/sub: a symbolic link"):
+        plugin_evals.load_case(case, "plug")
+    (case / "files" / "sub").unlink()
+    assert plugin_evals.load_case(case, "plug").task.name == "greet"  # without links, it loads
