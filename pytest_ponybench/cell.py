@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import agent, checks, metrics, record as records, workspace
-from .rundir import RunDir, write_atomic
+from .rundir import CELL_IDENTITY, RunDir, move_cell, read_record, valid_cost, write_record
 from .spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
-AGENT_RECORD = "_ponybench.agent.json"  # how the agent run ended, for rescoring
+# The harness's records of a cell, kept beside its workspace (rundir.records_dir), sealed
+# with the run's key: how the agent run ended, and the cell's result.
+AGENT_RECORD = "agent"
+RESULT = workspace.RESULT
 ATTEMPT_SUFFIX = ".attempt-"  # <cell>.attempt-N: a failed attempt's workspace, kept (it was paid for)
 
 
@@ -69,16 +72,13 @@ def append_text(arm: ArmSpec) -> str:
     return f"{arm.prompt}\n\n{agent.WRITE_AND_STOP}" if arm.prompt else agent.WRITE_AND_STOP
 
 
-def _write_json(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=1))
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+def _read(ws: Path, kind: str, key: bytes | None, problems: list | None = None) -> dict:
+    """A record of the cell folder `ws` (verified when there is a key), {} when there is none
+    or it does not verify; why not, appended to `problems`."""
+    data, problem = read_record(ws, kind, key)
+    if problem and problems is not None:
+        problems.append(problem)
+    return data if isinstance(data, dict) else {}
 
 
 def identity(cell: Cell) -> dict:
@@ -93,7 +93,7 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     A result from a different task or arm spec is never reused; its workspace is moved aside
     (kept, since it was paid for) and the cell runs again."""
     ws = run_dir.cell_dir(cell.id)
-    record = finished_record(ws)
+    record = finished_record(ws, run_dir)
     if record is None:
         return None
     if record.get("spec_hash") != cell.spec_hash:
@@ -102,21 +102,53 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     return {**record, "reused": True}
 
 
-def finished_record(ws: Path) -> dict | None:
-    """The result a workspace holds of a cell that finished (whatever its spec), or None."""
-    record = _read_json(ws / workspace.RESULT)
+def finished_record(ws: Path, run_dir: RunDir, move: bool = True) -> dict | None:
+    """The result kept for a cell that finished (whatever its spec), or None. Only a result
+    the run's key verifies counts: anything else (an agent's forgery, a result of another
+    cell copied in, a run whose key is gone) is ignored and the cell runs again;
+    `refused_lines` is what the controller says about each such cell, once, before any runs."""
+    if not ws.is_dir() or ws.is_symlink() or result_problem(ws, run_dir) is not None:
+        return None
+    record = _read(ws, RESULT, run_dir.key)
     if record.get("status") in records.INFRA:
         # The API failed it: run it again, keeping the failed (paid) workspace as an attempt.
-        ws.rename(next_attempt_dir(ws))
+        if move:
+            move_cell(ws, next_attempt_dir(ws))
         return None
     if not record or record.get("status") in (records.NOT_RUN, records.INTERRUPTED):
         return None
     return record
 
 
+def result_problem(ws: Path, run_dir: RunDir) -> str | None:
+    """Why the result kept beside `ws` is not trusted, or None (trusted, or there is none)."""
+    data, problem = read_record(ws, RESULT, run_dir.key)
+    if problem:
+        return problem
+    if data is None:
+        return None
+    if run_dir.key is None:
+        return run_dir.key_problem
+    if not isinstance(data, dict) or data.get("cell") != ws.name:
+        return f"it names another cell ({data.get('cell') if isinstance(data, dict) else data!r})"
+    return None
+
+
+def refused_lines(run_dir: RunDir, rescore: bool) -> list[str]:
+    """One line for each kept cell whose records a resume (its result) or a rescore (every
+    record it reads) will not trust, and why."""
+    lines = []
+    verb, then = ("rescore", "it is left out of the rescore") if rescore else ("resume", "the cell runs again")
+    for ws in run_dir.cell_dirs():
+        problem = rescore_problem(ws, run_dir.key, run_dir.key_problem) if rescore else result_problem(ws, run_dir)
+        if problem:
+            lines.append(f"ponybench: {verb} refuses the records of {ws.name}: {problem}; {then}")
+    return lines
+
+
 def set_aside(ws: Path, record: dict) -> None:
     """Keep a workspace of another spec beside the run (it was paid for) instead of reusing it."""
-    ws.rename(ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
+    move_cell(ws, ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
 
 
 def next_attempt_dir(ws: Path) -> Path:
@@ -153,27 +185,29 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
             ran["error"] += f"; not retried: the run's budget of ${ctx.max_cost:g} is spent"
             break
         infra_cost += ran["cost_usd"] or 0.0
-        ws.rename(next_attempt_dir(ws))
+        move_cell(ws, next_attempt_dir(ws))
         ctx.sleep(retry_wait(ctx, attempt))
         attempt += 1
     ran.update(attempts=attempt, infra_cost_usd=round(infra_cost, 6))
-    _write_json(ws / AGENT_RECORD, ran)
-    return finish(cell, ws)
+    key = ctx.run_dir.key
+    write_record(ws, AGENT_RECORD, ran, key)
+    return finish(cell, ws, key)
 
 
 def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     """One attempt: a fresh workspace, the agent, the arm checked; how it ended (written to
     the workspace's agent record too, so a kill before the result still tells)."""
+    key = ctx.run_dir.key
     workspace.fresh(ws)  # a rerun starts from a fresh seed, never a half-done workspace
-    _write_json(ws / workspace.IDENTITY, identity(cell))
+    write_record(ws, CELL_IDENTITY, identity(cell), key)
     try:
         plugin_dir = resolve_plugin_dir(cell.arm, ctx.arms_dir)
     except SpecError as exc:
         ran = {"status": records.NOT_RUN, "error": str(exc), "rate_limited": False, "api_error_status": None,
                "cost_usd": None}
-        _write_json(ws / AGENT_RECORD, ran)
+        write_record(ws, AGENT_RECORD, ran, key)
         return ran
-    workspace.seed(cell.task, ws)
+    workspace.seed(cell.task, ws, key=key)
     argv = agent.build_argv(ctx.claude, cell.task.prompt, cell.model_id, append_text(cell.arm),
                             plugin_dir, ctx.max_budget_usd)
     env = agent.agent_env(ctx.hook.pytest_ponybench_agent_env(cell=cell, workspace=ws))
@@ -205,25 +239,26 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
            "plugin_dir": plugin_dir, "argv": argv, "cost_usd": cost,
            "api_error_status": agent.api_error_status(transcript),
            "rate_limited": agent.saw_rate_limit(transcript)}
-    _write_json(ws / AGENT_RECORD, ran)
+    write_record(ws, AGENT_RECORD, ran, key)
     # The spend is on the ledger before the result exists: a kill between the two can make a
     # resume pay for this cell again, never hide what it cost. A failed attempt's cost stays.
-    ctx.run_dir.record_spend(cell.id, cost)
+    ctx.run_dir.record_spend(cell.id, valid_cost(cost))  # a negative or NaN cost is no spend to subtract
     return ran
 
 
-def finish(cell: Cell, ws: Path) -> dict:
-    """Score the workspace the agent just left and write the cell's result into it: the one
+def finish(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
+    """Score the workspace the agent just left and write the cell's result beside it: the one
     write after the agent, and the mark a resume reads as "finished"."""
-    record = score_cell(cell, ws)
-    _write_json(ws / workspace.RESULT, record)
+    record = score_cell(cell, ws, key)
+    write_record(ws, RESULT, record, key)
     return record
 
 
-def score_cell(cell: Cell, ws: Path) -> dict:
+def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
     """Score a kept workspace: metrics, checks and usage. No agent call, and no write under
-    the workspace: the same workspace always gives the same record."""
-    ran = _read_json(ws / AGENT_RECORD)
+    the workspace: the same workspace always gives the same record. With the run's key only
+    records it verifies are read (`rescore_problem` refuses a cell whose records do not)."""
+    ran = _read(ws, AGENT_RECORD, key)
     status = str(ran.get("status") or records.BAD_OUTPUT)
     error = str(ran.get("error") or ("" if ran else "no record of the agent run in this workspace"))
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
@@ -240,8 +275,8 @@ def score_cell(cell: Cell, ws: Path) -> dict:
     if status == records.NOT_RUN:
         record.update(metrics.EMPTY)
     else:
-        record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws),
-                                         workspace.seed_manifest(ws, task.seed), answer))
+        record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws, key),
+                                         workspace.seed_manifest(ws, task.seed, key), answer))
     if record["ran"]:
         verdicts = judge(task, ws)
     else:
@@ -317,5 +352,22 @@ def failure_line(record: dict) -> str | None:
     return None
 
 
-def read_identity(ws: Path) -> dict:
-    return _read_json(ws / workspace.IDENTITY)
+def read_identity(ws: Path, key: bytes | None = None, problems: list | None = None) -> dict:
+    return _read(ws, CELL_IDENTITY, key, problems)
+
+
+def rescore_problem(ws: Path, key: bytes | None, key_problem: str = "") -> str | None:
+    """Why a kept cell folder cannot be rescored (its records do not verify under the run's
+    key, or there is no key), or None. A rescore re-reads the identity (which arm), the agent
+    record (how it ended) and the seed manifests (what was seeded): one forged record would
+    move the cell to another arm or zero its LOC."""
+    if key is None:
+        return key_problem or "the run has no key"
+    problems: list[str] = []
+    for kind in (CELL_IDENTITY, AGENT_RECORD, workspace.SEED_MANIFEST, workspace.FIXTURE_MANIFEST):
+        data, problem = read_record(ws, kind, key)
+        if problem:
+            problems.append(problem)
+        elif data is None and kind in (CELL_IDENTITY, AGENT_RECORD):
+            problems.append(f"it has no {kind} record")
+    return problems[0] if problems else None

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, fleet, instruments, library, progress, record as records, summary, tables, workspace
-from .rundir import NotARunDir, RunDir, cost_history, read_jsonl, usd, write_atomic
+from . import agent, cell as cells, fleet, instruments, library, progress, record as records, summary, tables, workspace
+from .rundir import (KEY_INPUT, NotARunDir, RunDir, append_line, cost_history, max_pause, read_jsonl, seal_result, usd,
+                     write_atomic)
 from .spec import SpecError, load_task
 
 BUDGET_REACHED = "budget reached"
@@ -52,31 +53,48 @@ class Gathering:
         if record.get("reused") and record["cell"] not in self.cells:
             self.reused += 1  # a resume reported it from its kept result: not run again
         self.cells.add(record["cell"])
-        line = json.dumps(record, sort_keys=True) + "\n"
+        # Sealed with the run's key: a line an agent appends or rewrites does not verify.
+        line = json.dumps(seal_result(record, self.run_dir.key), sort_keys=True) + "\n"
         # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            with open(self.results_path, "a", encoding="utf-8") as fh:
-                fh.write(line)
-                fh.flush()
-                os.fsync(fh.fileno())
+            append_line(self.results_path, line)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def all_records(self) -> list[dict]:
         """This session's records, plus earlier ones of cells it did not report (a resume or
-        rescore narrowed with -k keeps the rest of the run)."""
+        rescore narrowed with -k keeps the rest of the run). A line that is no record or does
+        not verify is skipped (`run_dir.refused_lines` says which); a cell of this session whose
+        line is gone (results.jsonl overwritten) is read back from its sealed result."""
         if self.mode == "run" or self.merged:
-            return self.run_dir.read_results()
-        mine = read_jsonl(self.results_path)
-        return [r for r in self.run_dir.read_results() if r.get("cell") not in self.cells] + mine
+            every = self.run_dir.read_results()
+        else:
+            mine = self.run_dir.read_results(self.results_path)
+            every = [r for r in self.run_dir.read_results() if r.get("cell") not in self.cells] + mine
+        if self.mode != "rescore":
+            every = self.recovered(every)
+        return every
+
+    def recovered(self, every: list[dict]) -> list[dict]:
+        """`every` without a second record of one cell (the last line wins, as it was the last
+        written), plus this session's cells that have no line, from their sealed results."""
+        last = {r["cell"]: r for r in every}
+        if len(last) != len(every):
+            every = list(last.values())
+        for cell_id in sorted(self.cells - set(last)):
+            record = cells.finished_record(self.run_dir.cell_dir(cell_id), self.run_dir, move=False)
+            if record is not None:
+                every.append(record)
+        return every
 
     def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool,
                reference: str, plots: bool = True) -> list:
         """Write summary.json, then the reports. Results are on disk already, line by line."""
         every = self.all_records()
         if self.mode != "run":
-            write_atomic(self.run_dir.results_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in every))
+            write_atomic(self.run_dir.results_path, "".join(
+                json.dumps(seal_result(r, self.run_dir.key), sort_keys=True) + "\n" for r in every))
             self.results_path.unlink(missing_ok=True)
             self.merged = True
         versions = sorted({r.get("claude_version") for r in every if r.get("claude_version")})
@@ -201,6 +219,8 @@ class Controller:
                 f"workers ({', '.join(remote)}) do not have; rescore here without -d/--tx (or with -n N)")
         if state.settings.rescore is not None:
             self.gathering = Gathering(state.run_dir, mode="rescore")
+            for line in cells.refused_lines(state.run_dir, rescore=True):
+                self.write(line)
             return
         if remote:
             try:  # the library's folders this run uses, as the one set a remote worker gets
@@ -238,9 +258,12 @@ class Controller:
                     f"resume it with the same ones, or start a new run:\n  "
                     + "\n  ".join(option_differences(stored, options)))
             self.gathering = Gathering(state.run_dir, mode="resume")
+            for line in cells.refused_lines(state.run_dir, rescore=False):
+                self.write(line)
         else:
             state.run_dir = RunDir.create(state.settings.dir)
             self.gathering = Gathering(state.run_dir)
+        state.run_dir.max_pause = max_pause(state.settings)
         state.run_dir.write_options(options)
 
     @staticmethod
@@ -281,6 +304,9 @@ class Controller:
         """Hand the run directory and the CLI to every worker; a remote one also gets the tasks,
         arms, fixtures and settings it needs (fleet.py)."""
         node.workerinput["ponybench_run_dir"] = str(self.state.run_dir.path)
+        # The run's key, so a worker seals and verifies records as this process does; it
+        # never lands in the run directory or a workspace.
+        node.workerinput[KEY_INPUT] = self.state.run_dir.key.hex() if self.state.run_dir.key else ""
         node.workerinput["ponybench_claude"] = self.state.claude
         self.fleet.configure_node(node, self.tasks, self.config.rootpath)
 
@@ -406,6 +432,8 @@ class Controller:
         tr, state = terminalreporter, self.state
         every = self.gathering.all_records()
         tr.write_sep("=", "ponybench summary")
+        for line in state.run_dir.refused_lines:  # garbage or forged lines of results.jsonl
+            tr.write_line(f"ponybench: warning: {line}", yellow=True)
         for line in summary.table_lines(every, state.settings.reference):
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"

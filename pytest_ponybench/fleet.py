@@ -41,7 +41,7 @@ import pytest
 import yaml
 
 from . import agent, cell as cells, workspace
-from .rundir import PAUSE_FILE, RunDir, read_jsonl, write_atomic
+from .rundir import PAUSE_FILE, RunDir, ledger_total, read_jsonl, read_record, records_dir, write_atomic, write_record
 
 SHIPMENT_KEY = "ponybench_fleet"
 RETURN_ATTR = "ponybench_return"  # the attribute a remote worker's call report carries home
@@ -308,19 +308,22 @@ def pack_workspace(ws: Path, limit: int = MAX_RETURN) -> tuple[bytes, list[str]]
     agent's, smallest first, so a single huge file costs the fewest others."""
     ws = Path(ws)
     dirs, files = [("ws", ws)], []
-    for arcname, path in _tree_entries(ws, "ws"):
+    entries = _tree_entries(ws, "ws")
+    if records_dir(ws).is_dir():  # the harness's records of the cell, kept beside it
+        entries += _tree_entries(records_dir(ws), "rec")
+    for arcname, path in entries:
         if path.is_dir() and not path.is_symlink():
             dirs.append((arcname, path))
         else:
             size = path.lstat().st_size
-            files.append((not path.name.startswith("_ponybench"), size, arcname, path))
+            files.append((not (path.name.startswith("_ponybench") or arcname.startswith("rec/")), size, arcname, path))
     kept, cut, total = [], [], 0
     for _, size, arcname, path in sorted(files):
         if total + size <= limit:
             kept.append((arcname, path))
             total += size
         else:
-            cut.append(arcname[len("ws/"):])
+            cut.append(arcname.split("/", 1)[1])
     return _pack(_dedupe(dirs) + kept), sorted(cut)
 
 
@@ -346,13 +349,7 @@ class WorkerFleet:
         worker's own cells the controller had not counted yet."""
         with self.lock:
             total, counted = self.spent_elsewhere, set(self.counted)
-        for entry in read_jsonl(self.run_dir.spend_path):
-            if entry.get("cell") not in counted:
-                try:
-                    total += float(entry.get("cost_usd") or 0.0)
-                except (TypeError, ValueError):
-                    continue
-        return total
+        return total + ledger_total(read_jsonl(self.run_dir.spend_path), skip=counted)
 
     def control(self, spent: float, counted: list, files: dict) -> None:
         """A CONTROL command from the controller (in execnet's receiver thread)."""
@@ -424,7 +421,7 @@ def kept_records(state, tasks: list) -> dict[str, dict]:
     kept = {}
     for task in tasks:
         for cell in state.cells_for(task):
-            record = cells.finished_record(state.run_dir.cell_dir(cell.id))
+            record = cells.finished_record(state.run_dir.cell_dir(cell.id), state.run_dir, move=False)
             if record is not None and record.get("spec_hash") == cell.spec_hash:
                 kept[cell.id] = {**record, "reused": True}
     return kept
@@ -486,13 +483,16 @@ class ControllerFleet:
             pass
         cell_id = str(props.get("cell"))
         try:
-            self._write_workspace(home, props, run_dir.cell_dir(cell_id))
+            self._write_workspace(home, props, run_dir.cell_dir(cell_id), run_dir)
         except Exception as exc:  # a damaged archive must not cost the run its other cells
             props[CUT_FIELD] = f"the workspace from {home.get('host')} could not be written here: {exc}"
         worker = getattr(getattr(report, "node", None), "gateway", None)
         worker_id = getattr(worker, "id", "?")
         for entry in home.get("spend") or []:
-            run_dir.record_spend(str(entry.get("cell")), entry.get("cost_usd"))
+            try:
+                run_dir.record_spend(str(entry.get("cell")), entry.get("cost_usd"))
+            except ValueError:  # not a cost the ledger believes: it never lowers the run's spend
+                continue
             self.counted.setdefault(worker_id, []).append(str(entry.get("cell")))
         for name, text in (home.get("relayed") or {}).items():
             path = run_dir.path / name
@@ -500,17 +500,23 @@ class ControllerFleet:
                 write_atomic(path, text)
 
     @staticmethod
-    def _write_workspace(home: dict, props: dict, ws: Path) -> None:
+    def _write_workspace(home: dict, props: dict, ws: Path, run_dir: RunDir) -> None:
         if not home.get("tar"):
             return
-        earlier = cells.finished_record(ws) if ws.is_dir() else None
+        earlier = cells.finished_record(ws, run_dir, move=False) if ws.is_dir() else None
         if earlier is not None and earlier.get("spec_hash") != props.get("spec_hash"):
             cells.set_aside(ws, earlier)  # a resume ran it again under another spec: keep the paid one
         elif ws.exists():
-            shutil.rmtree(ws)  # in flight when the run died: a resume starts it afresh, as here
+            workspace.fresh(ws)  # in flight when the run died: a resume starts it afresh, as here
+            ws.rmdir()
         with tempfile.TemporaryDirectory(prefix="ponybench-home-", dir=ws.parent) as tmp:
             refused = _unpack(base64.b64decode(home["tar"]), Path(tmp))
             os.replace(Path(tmp) / "ws", ws)
+            if (Path(tmp) / "rec").is_dir():
+                records_dir(ws).parent.mkdir(parents=True, exist_ok=True)
+                if records_dir(ws).exists():
+                    shutil.rmtree(records_dir(ws))
+                os.replace(Path(tmp) / "rec", records_dir(ws))
         props["workspace"] = str(ws.resolve())
         notes = []
         if home.get("cut"):
@@ -518,20 +524,17 @@ class ControllerFleet:
                          f"{home.get('left_in')} on {home.get('host')}: " + ", ".join(home["cut"][:20]))
         if refused:
             notes.append("links leading outside the workspace were not recreated here: "
-                         + ", ".join(name[len("ws/"):] for name in refused[:20]))
+                         + ", ".join(name.split("/", 1)[-1] for name in refused[:20]))
         if notes:
             props[CUT_FIELD] = "; ".join(notes)
-        result = ws / workspace.RESULT
-        if result.is_file():  # the record a resume reads names this copy too
-            try:
-                record = json.loads(result.read_text(encoding="utf-8"))
-            except ValueError:
-                record = None
-            if isinstance(record, dict):
-                record["workspace"] = props["workspace"]
-                if CUT_FIELD in props:
-                    record[CUT_FIELD] = props[CUT_FIELD]
-                write_atomic(result, json.dumps(record, indent=1))
+        # The record a resume reads names this copy too: sealed again (the worker sealed it
+        # with the same key), and only when what came home verifies.
+        record, problem = read_record(ws, workspace.RESULT, run_dir.key)
+        if isinstance(record, dict) and problem is None:
+            record["workspace"] = props["workspace"]
+            if CUT_FIELD in props:
+                record[CUT_FIELD] = props[CUT_FIELD]
+            write_record(ws, workspace.RESULT, record, run_dir.key)
 
     def tell_workers(self, run_dir: RunDir) -> None:
         """The run's spend and control files to every remote worker still up."""

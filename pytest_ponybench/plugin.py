@@ -17,7 +17,7 @@ import pytest
 from . import fleet, library, options, pool, procs, rundir
 from .cell import Cell, CellContext, read_identity
 from .collect import EvalsDir, TaskFile, TasksDir, arm_placeholder
-from .rundir import RunDir
+from .rundir import KEY_INPUT, RunDir, max_pause
 from .spec import ArmSpec, SpecError, TaskSpec, load_arms, model_ids, resolve_model
 
 STATE = pytest.StashKey["PonybenchState"]()
@@ -65,11 +65,17 @@ class PonybenchState:
         return found
 
     def rescore_cells(self, task: TaskSpec) -> list[tuple[Cell, Path]]:
+        """The kept cells of `task` whose records verify under the run's key (the controller
+        names the others, once: cell.refused_lines)."""
+        from .cell import rescore_problem
+
         found = []
         for ws in self.run_dir.cell_dirs():
-            ident = read_identity(ws)
+            ident = read_identity(ws, self.run_dir.key)
             if ident.get("task") != task.name or ident.get("cell") != ws.name:
                 continue  # another task's, or a stale copy kept aside by a resume
+            if rescore_problem(ws, self.run_dir.key, self.run_dir.key_problem) is not None:
+                continue
             arm = self.arms.get(ident.get("arm")) or arm_placeholder(str(ident.get("arm")))
             found.append((Cell(task, arm, str(ident["model"]), str(ident["model_id"]), int(ident["run"])), ws))
         return found
@@ -210,16 +216,20 @@ def pytest_configure(config):
         state.is_worker = True
         if unpacked is not None:
             state.run_dir, state.claude = unpacked.run_dir, unpacked.claude
+            state.run_dir.key = _key_from(config.workerinput)  # its records come home sealed
             state.fleet = fleet.WorkerFleet(config, unpacked)
             config.pluginmanager.register(state.fleet, "ponybench-worker-fleet")
         else:
-            state.run_dir = RunDir(Path(config.workerinput["ponybench_run_dir"]))
+            state.run_dir = RunDir(Path(config.workerinput["ponybench_run_dir"]),
+                                   key=_key_from(config.workerinput))
             state.claude = config.workerinput["ponybench_claude"]
+        state.run_dir.max_pause = max_pause(settings)
     else:
         from .controller import Controller
 
         if settings.rescore is not None:
             state.run_dir = Controller.open_run(settings.rescore, "--ponybench-rescore")
+            state.run_dir.max_pause = max_pause(settings)
             kept = {r.get("arm") for r in state.run_dir.read_results()}
             _validate_reference(state, kept | set((state.run_dir.read_options() or {}).get("arms") or []))
         config.pluginmanager.register(Controller(state, config), "ponybench-controller")
@@ -237,6 +247,12 @@ def pytest_configure(config):
     # every agent process tree is killed on the way out.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _terminate)
+
+
+def _key_from(workerinput: dict) -> bytes | None:
+    """The run's key as the controller handed it to this worker (rundir.py)."""
+    value = workerinput.get(KEY_INPUT)
+    return bytes.fromhex(value) if isinstance(value, str) and value else None
 
 
 def _terminate(signum, frame):

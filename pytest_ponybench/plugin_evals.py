@@ -25,6 +25,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ import pytest
 import yaml
 
 from . import graders as grading
-from .spec import NAME_RE, SpecError, TaskSpec, check_relative
+from .spec import NAME_RE, SpecError, TaskSpec, check_relative, load_yaml
 
 CASE_FILES = ("case.yaml", "prompt.md")
 USED_KEYS = {"prompt", "execution", "tags", "graders", "files", "ponybench", "name", "description"}
@@ -77,7 +78,7 @@ def front_matter(text: str, where: Path) -> tuple[dict, str]:
     if not match:
         return {}, text
     try:
-        data = yaml.safe_load(match.group(1)) or {}
+        data = load_yaml(match.group(1), where) or {}
     except yaml.YAMLError as exc:
         # The front matter starts on the file's second line (after '---').
         raise SpecError(f"{where}: the front matter is not valid YAML{_yaml_where(exc, 1)}: "
@@ -118,6 +119,12 @@ def _case_files(case: Path, raw: dict, where: Path) -> dict[str, str]:
     files = {}
     folder = case / "files"
     if folder.is_dir():
+        # A link would be followed into every workspace (a secret, /etc/shadow): refused, named.
+        for dirpath, dirnames, filenames in os.walk(folder):
+            for name in sorted(dirnames + filenames):
+                if os.path.islink(os.path.join(dirpath, name)):
+                    raise SpecError(f"{Path(dirpath, name)}: a symbolic link in the case's files/; "
+                                    f"copy the file in instead (links are never seeded)")
         paths = sorted(p for p in folder.rglob("*") if p.is_file())
         if len(paths) > MAX_FILES:
             raise SpecError(f"{folder}: more than {MAX_FILES} files to seed")
@@ -165,7 +172,7 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
     raw: dict = {}
     if (case / "case.yaml").is_file():
         try:
-            raw = yaml.safe_load((case / "case.yaml").read_text(encoding="utf-8")) or {}
+            raw = load_yaml((case / "case.yaml").read_text(encoding="utf-8"), case / "case.yaml") or {}
         except yaml.YAMLError as exc:
             raise SpecError(f"{case / 'case.yaml'}: malformed YAML{_yaml_where(exc)}: "
                             f"{getattr(exc, 'problem', None) or exc}") from None

@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 from . import procs, workspace
+from .rundir import records_dir
 
 
 class Stopped(Exception):
@@ -49,7 +50,7 @@ class CellPool:
         if self.stopping.is_set():
             # Killed mid-way by the stop: this record describes the kill, not the agent.
             if workspace_dir is not None:
-                (workspace_dir / workspace.RESULT).unlink(missing_ok=True)
+                (records_dir(workspace_dir) / f"{workspace.RESULT}.json").unlink(missing_ok=True)
             raise Stopped("the session stopped while this cell ran")
         return record
 

@@ -138,9 +138,56 @@ def _short_hash(raw: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+MAX_SPEC_BYTES = 1024 * 1024  # a task, arm or case file; the largest shipped task is 25 kB
+MAX_SPEC_NODES = 200_000  # values a file expands to, aliases counted each time they are used
+
+
+def load_yaml(text: str, path: Path):
+    """`yaml.safe_load`, after refusing what would expand beyond reason: a file over
+    MAX_SPEC_BYTES, or one whose aliases expand it to more than MAX_SPEC_NODES values (a
+    700-byte "billion laughs" file of anchors takes all memory once anything walks it).
+    The document is composed first (nodes shared, nothing expanded) and its expanded size
+    counted per node, so the refusal costs about as much as parsing. Raises SpecError."""
+    if len(text.encode("utf-8", "replace")) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: the file is larger than {MAX_SPEC_BYTES // 1024} KiB; a task, arm or case "
+                        f"file this size is not one: keep large seed files in a fixture folder")
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if node is not None:
+        sizes: dict[int, int] = {}
+        stack = [(node, False)]
+        active: set[int] = set()
+        while stack:
+            current, done = stack.pop()
+            key = id(current)
+            if done:
+                active.discard(key)
+                children = _yaml_children(current)
+                sizes[key] = min(1 + sum(sizes[id(c)] for c in children), MAX_SPEC_NODES + 1)
+                if sizes[key] > MAX_SPEC_NODES:
+                    raise SpecError(f"{path}: its aliases expand to more than {MAX_SPEC_NODES:,} values (a YAML "
+                                    f"alias bomb?); write the values out, or use fewer anchors")
+                continue
+            if key in sizes:
+                continue
+            if key in active:
+                raise SpecError(f"{path}: an anchor refers to itself; write the value out")
+            active.add(key)
+            stack.append((current, True))
+            stack.extend((c, False) for c in _yaml_children(current) if id(c) not in sizes)
+    return yaml.safe_load(text)
+
+
+def _yaml_children(node) -> list:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
 def _read_mapping(path: Path) -> dict:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"), path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

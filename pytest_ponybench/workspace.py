@@ -14,14 +14,18 @@ import stat
 from pathlib import Path
 
 from .metrics import git
+from .rundir import read_record, records_dir, write_record
 from .spec import HARNESS_PREFIX, TaskSpec
 
-IDENTITY = f"{HARNESS_PREFIX}.cell.json"
+# In the workspace: what the CLI printed (the agent's own output, kept for scoring).
 TRANSCRIPT = f"{HARNESS_PREFIX}.transcript.jsonl"
 STDERR = f"{HARNESS_PREFIX}.stderr.txt"
-FIXTURE_MANIFEST = f"{HARNESS_PREFIX}.fixture.json"
-SEED_MANIFEST = f"{HARNESS_PREFIX}.seed.json"  # {path: sha256} of the task's seed files
-RESULT = f"{HARNESS_PREFIX}.result.json"
+# Beside it (rundir.records_dir), sealed with the run's key: record kinds, never in the
+# workspace, where the agent (and the code it wrote) could rewrite them.
+IDENTITY = "cell"
+FIXTURE_MANIFEST = "fixture"  # the fixture's files as copied
+SEED_MANIFEST = "seed"  # {path: sha256} of the task's seed files
+RESULT = "result"
 
 # What a fixture copy leaves behind: dependencies, VCS data, build output, caches, virtual
 # environments, media, and anything that looks like a secret.
@@ -69,38 +73,33 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def seed(task: TaskSpec, workspace: Path, files: dict[str, str] | None = None) -> None:
-    """Fixture copy, then seed files, then snapshot; then `files` over them (a reference)."""
+def seed(task: TaskSpec, workspace: Path, files: dict[str, str] | None = None, key: bytes | None = None) -> None:
+    """Fixture copy, then seed files, then snapshot; then `files` over them (a reference).
+    The manifests go beside the workspace, sealed with `key` (a run's; None outside a run)."""
     workspace.mkdir(parents=True, exist_ok=True)
     manifest = copy_fixture(task.fixture, workspace) if task.fixture is not None else []
     write_files(workspace, task.seed)
     # What was seeded, so "the agent delivered code" can be told from "the stub is still there"
-    # from the workspace alone, whatever the task file says by the time it is rescored.
-    (workspace / SEED_MANIFEST).write_text(
-        json.dumps({rel: digest(text) for rel, text in sorted(task.seed.items())}), encoding="utf-8")
+    # from the kept cell alone, whatever the task file says by the time it is rescored.
+    write_record(workspace, SEED_MANIFEST, {rel: digest(text) for rel, text in sorted(task.seed.items())}, key)
     if task.fixture is not None:
-        (workspace / FIXTURE_MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+        write_record(workspace, FIXTURE_MANIFEST, manifest, key)
         snapshot(workspace)
     if files:
         write_files(workspace, files)
 
 
-def fixture_manifest(workspace: Path) -> set[str]:
-    try:
-        return set(json.loads((workspace / FIXTURE_MANIFEST).read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return set()
+def fixture_manifest(workspace: Path, key: bytes | None = None) -> set[str]:
+    data, _ = read_record(workspace, FIXTURE_MANIFEST, key)
+    return {str(p) for p in data} if isinstance(data, list) else set()
 
 
-def seed_manifest(workspace: Path, fallback: dict[str, str]) -> dict[str, str]:
-    """{path: sha256} of what was seeded; a workspace kept before the manifest existed falls
-    back to the digests of `fallback` (the task's seed files)."""
-    try:
-        data = json.loads((workspace / SEED_MANIFEST).read_text(encoding="utf-8"))
-        if isinstance(data, dict):
-            return {str(k): str(v) for k, v in data.items()}
-    except (OSError, ValueError):
-        pass
+def seed_manifest(workspace: Path, fallback: dict[str, str], key: bytes | None = None) -> dict[str, str]:
+    """{path: sha256} of what was seeded; without a trusted manifest, the digests of
+    `fallback` (the task's seed files)."""
+    data, _ = read_record(workspace, SEED_MANIFEST, key)
+    if isinstance(data, dict):
+        return {str(k): str(v) for k, v in data.items()}
     return {rel: digest(text) for rel, text in fallback.items()}
 
 
@@ -118,9 +117,13 @@ def copy_ignore(workspace: Path):
 
 
 def fresh(workspace: Path) -> None:
-    """An empty workspace: a rerun starts from a fresh seed, never from a half-done one."""
-    if workspace.exists():
-        shutil.rmtree(workspace)
+    """An empty workspace and no records: a rerun starts from a fresh seed, never from a
+    half-done one."""
+    for folder in (workspace, records_dir(workspace)):
+        if folder.is_symlink():
+            folder.unlink()
+        elif folder.exists():
+            shutil.rmtree(folder)
     workspace.mkdir(parents=True)
 
 

@@ -1,5 +1,6 @@
 """Fixtures shared by the project's own tests."""
 import os
+import tempfile
 from pathlib import Path
 
 import numpy  # noqa: F401  (see below)
@@ -18,6 +19,11 @@ REPO = Path(__file__).resolve().parents[1]
 # Every gate in these tests proves its instruments afresh: several tests replace a proof with
 # a stub, whose "success" must not be remembered for the user's real runs (instruments.py).
 os.environ.setdefault("PONYBENCH_CACHE_DIR", "off")
+
+# Run keys (rundir.key_dir) of every run these tests make, in one folder for the whole session,
+# as one user's cache would be: pytester gives each test its own HOME, and a rescore test reads
+# a run another test made. Outside every run directory, as the harness requires.
+os.environ.setdefault("PONYBENCH_KEY_DIR", os.path.join(tempfile.gettempdir(), f"ponybench-test-keys-{os.getuid()}"))
 
 
 @pytest.fixture(scope="session")

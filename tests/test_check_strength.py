@@ -15,6 +15,7 @@ import yaml
 
 from pytest_ponybench import cell, checks, strength
 from pytest_ponybench.spec import ArmSpec, SpecError, load_task
+from pytest_ponybench.rundir import write_record
 
 HALVE_TASK = {
     "prompt": "Write halve(n) in half.py; n comes from a web form.",
@@ -226,7 +227,7 @@ def test_a_cell_that_edits_a_forbidden_file_fails_correct_naming_it(halve, tmp_p
     ws.mkdir(parents=True)
     (ws / "half.py").write_text(HALVE_TASK["refs"]["good"])
     (ws / "vendor.py").write_text("RATE = 2  # vendored: do not edit\n")
-    (ws / cell.AGENT_RECORD).write_text(json.dumps({"status": "finished"}))
+    write_record(ws, cell.AGENT_RECORD, {"status": "finished"}, None)
     record = cell.score_cell(c, ws)
     assert record["correct"] == 1 and record["passed"], record["failure"]
     (ws / "vendor.py").write_text("RATE = 4\n")

@@ -19,6 +19,7 @@ import pytest
 
 from support import proc_watch
 from support.benchproc import ADD_TASK, bench_args, only_run_dir, results, run, write_project
+from support.records import record_data
 
 OUTSIDE_CONFTEST = """\
 from pathlib import Path
@@ -59,7 +60,7 @@ def test_a_confined_agent_writes_its_workspace_and_nothing_else(outside_project)
     assert not (ws.parent / "beside-0.txt").exists() and not (root / "above-0.txt").exists()
     (record,) = results(ws.parent)
     assert (record["status"], record["correct"], record["passed"], record["escaped"]) == ("finished", 1, True, "")
-    agent_record = json.loads((ws / "_ponybench.agent.json").read_text())
+    agent_record = record_data(ws, "agent")
     assert agent_record["confined"] is True and agent_record["argv"][0].endswith("bwrap")
     # The CLI did try: both writes came back as read-only errors.
     refused = [line for line in (ws / "_ponybench.transcript.jsonl").read_text().splitlines()

@@ -130,9 +130,10 @@ def test_a_rescore_reads_back_its_own_and_the_earlier_records_before_and_after_t
     run = RunDir.create(tmp_path / "runs")
     first = Gathering(run)
     for cell in ("a__baseline__haiku__0", "b__baseline__haiku__0"):
-        first.add({"cell": cell, "model": "haiku", "status": "finished", "note": "first"})
+        first.add({"cell": cell, "task": cell[0], "arm": "baseline", "model": "haiku", "status": "finished", "note": "first"})
     again = Gathering(run, mode="rescore")
-    again.add({"cell": "b__baseline__haiku__0", "model": "haiku", "status": "finished", "note": "again"})
+    again.add({"cell": "b__baseline__haiku__0", "task": "b", "arm": "baseline", "model": "haiku", "status": "finished",
+               "note": "again"})
     expected = [("a__baseline__haiku__0", "first"), ("b__baseline__haiku__0", "again")]
     assert [(r["cell"], r["note"]) for r in again.all_records()] == expected
     again.finish({}, "2.1.328", rehearsal=False, reference="baseline")

@@ -23,6 +23,7 @@ from support.benchproc import (
     ADD_TASK, GOOD_ADD, Session, bench_args, by_cell, calls, fake_env, fake_pids, finished_cells,
     only_run_dir, results, run, run_dirs, summary, wait_for, write_project,
 )
+from support.records import record_data
 
 
 def cell(run: int, task: str = "add") -> str:
@@ -240,4 +241,4 @@ def test_a_crashed_xdist_worker_is_an_agent_error_for_its_cell_and_the_rest_cont
     records = by_cell(results(run_dir))
     assert all(r["passed"] for r in records.values()) and not records[cell(1)]["reused"]
     assert finished_cells(run_dir) == set(records)
-    assert json.loads((run_dir / cell(1) / "_ponybench.result.json").read_text())["status"] == "finished"
+    assert record_data(run_dir / cell(1), "result")["status"] == "finished"

@@ -25,6 +25,10 @@ from pytest_ponybench.spec import load_task
 from support.benchproc import (
     ADD_TASK, FAKE, GOOD_ADD, QUIET, bench_args, calls, fake_env, only_run_dir, results, run, summary, write_project,
 )
+from pytest_ponybench.rundir import write_record
+from support.records import record_data, record_path
+
+KEY = b"k" * 32  # a run's key, as the controller and its workers share it
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,10 +91,11 @@ def test_a_rehearsal_on_remote_workers_brings_every_workspace_home_and_rescores_
         ws = run_dir / record["cell"]
         assert record["workspace"] == str(ws.resolve())
         assert "workspace_cut" not in record
-        for name in ("_ponybench.transcript.jsonl", "_ponybench.stderr.txt", "_ponybench.agent.json",
-                     "_ponybench.cell.json", "_ponybench.result.json"):
+        for name in ("_ponybench.transcript.jsonl", "_ponybench.stderr.txt"):
             assert (ws / name).is_file(), f"{record['cell']}: {name} did not come home"
-        kept = json.loads((ws / "_ponybench.result.json").read_text())
+        for kind in ("agent", "cell", "result"):  # the harness's records, beside the workspace
+            assert record_path(ws, kind).is_file(), f"{record['cell']}: its {kind} record did not come home"
+        kept = record_data(ws, "result")
         assert kept["workspace"] == record["workspace"]  # a resume reads this copy's path
         # The CLI ran in the worker's scratch folder, not in the controller's run directory.
         lines = [json.loads(line) for line in (ws / "_ponybench.transcript.jsonl").read_text().splitlines()]
@@ -244,9 +249,9 @@ def test_which_gateways_are_remote():
 def a_cell_workspace(run_dir: Path, cell: str = "add__baseline__haiku__0", big: int = 0) -> Path:
     ws = run_dir / cell
     (ws / "pkg").mkdir(parents=True)
-    (ws / "_ponybench.cell.json").write_text(json.dumps({"cell": cell}))
+    write_record(ws, "cell", {"cell": cell}, KEY)
     (ws / "_ponybench.transcript.jsonl").write_text("x" * 300)
-    (ws / "_ponybench.result.json").write_text(json.dumps({"cell": cell, "workspace": str(ws)}))
+    write_record(ws, "result", {"cell": cell, "workspace": str(ws)}, KEY)
     (ws / "add.py").write_text(GOOD_ADD["add.py"])
     (ws / "pkg" / "huge.bin").write_bytes(b"\0" * big)
     return ws
@@ -258,7 +263,7 @@ def test_a_workspace_over_the_limit_keeps_the_harness_files_and_the_record_says_
     data, cut = fleet.pack_workspace(ws, limit=2000)
     assert cut == ["pkg/huge.bin"]
 
-    home = RunDir(tmp_path / "controller")
+    home = RunDir(tmp_path / "controller", key=KEY)
     home.path.mkdir()
     (worker_run / "_ponybench.pause.json").write_text('{"until": 1}')
     report = SimpleNamespace(node=SimpleNamespace(gateway=SimpleNamespace(id="gw1")), **{fleet.RETURN_ATTR: {
@@ -275,7 +280,7 @@ def test_a_workspace_over_the_limit_keeps_the_harness_files_and_the_record_says_
     assert not (arrived / "pkg" / "huge.bin").exists() and (arrived / "pkg").is_dir()
     assert props["workspace"] == str(arrived.resolve())
     assert "pkg/huge.bin" in props["workspace_cut"] and "on h1" in props["workspace_cut"]
-    kept = json.loads((arrived / "_ponybench.result.json").read_text())
+    kept = record_data(arrived, "result")
     assert kept["workspace"] == props["workspace"] and kept["workspace_cut"] == props["workspace_cut"]
     assert home.spent() == pytest.approx(0.5) and controller.counted == {"gw1": [ws.name]}
     assert (home.path / "_ponybench.pause.json").read_text() == '{"until": 1}'
@@ -391,7 +396,7 @@ def test_links_an_agent_made_to_outside_its_workspace_are_not_recreated_on_the_c
     (ws / "inside").symlink_to("add.py")
     data, cut = fleet.pack_workspace(ws)
     assert cut == []
-    home = RunDir(tmp_path / "controller")
+    home = RunDir(tmp_path / "controller", key=KEY)
     home.path.mkdir()
     report = SimpleNamespace(**{fleet.RETURN_ATTR: {"tar": base64.b64encode(data).decode(), "cut": [], "host": "h",
                                                     "left_in": str(ws), "spend": [], "relayed": {}}})

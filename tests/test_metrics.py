@@ -9,6 +9,7 @@ import pytest
 
 from pytest_ponybench import metrics, workspace
 from pytest_ponybench.spec import TaskSpec
+from support.records import record_data
 
 
 def write(root: Path, files: dict[str, str | bytes]) -> None:
@@ -144,7 +145,7 @@ def fixture_ws(tmp_path) -> Path:
     task = TaskSpec(name="fx", path=tmp_path / "fx.yaml", prompt="p", fixture=source)
     ws = tmp_path / "ws"
     workspace.seed(task, ws)
-    assert json.loads((ws / workspace.FIXTURE_MANIFEST).read_text())  # the harness's manifest exists
+    assert record_data(ws, workspace.FIXTURE_MANIFEST)  # the harness's manifest exists, beside the workspace
     return ws
 
 

@@ -26,6 +26,8 @@ from pytest_ponybench import record as records
 from pytest_ponybench.spec import ArmSpec, load_task
 from support import ponyproject as pp
 from support import proc_watch
+from pytest_ponybench.rundir import write_record
+from support.records import record_data
 
 MODEL_ID = "claude-haiku-test-1"  # configured for the alias haiku in the project's ini
 ARMS = {
@@ -148,7 +150,7 @@ def test_the_run_records_every_cell(main_runs):
     lines = (run.run_dir / "results.jsonl").read_text().splitlines()
     assert len(lines) == len(cells_of_main_project())
     for cell_id, record in run.records.items():
-        kept = json.loads((run.run_dir / cell_id / workspace.RESULT).read_text())
+        kept = record_data(run.run_dir / cell_id, workspace.RESULT)
         assert kept == record
 
 
@@ -459,7 +461,7 @@ def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
     ws = tmp_path / c.id
     ws.mkdir()
     (ws / "add.py").write_text(pp.GOOD_WRITES["add.py"])  # written before the agent was stopped
-    (ws / cell.AGENT_RECORD).write_text(json.dumps({"status": status, "error": "it did not run properly"}))
+    write_record(ws, cell.AGENT_RECORD, {"status": status, "error": "it did not run properly"}, None)
     record = cell.score_cell(c, ws)
     assert record["ran"] is False and record["passed"] is False
     # safe: the add task has no safe check, so nothing was measured there, run or not

@@ -13,6 +13,7 @@ from support.benchproc import (
     ADD_TASK, GOOD_ADD, Session, bench_args, by_cell, calls, fake_env, finished_cells, only_run_dir,
     results, run, run_dirs, wait_for, write_project,
 )
+from support.records import record_path
 
 
 def cell(run_index: int) -> str:
@@ -55,7 +56,7 @@ def test_a_resume_in_the_pool_reuses_finished_cells_and_runs_the_rest(tmp_path):
     assert run(root, args, env).returncode == 0
     run_dir = only_run_dir(root)
     for lost in (1, 4):  # as if the run had died while these two were in flight
-        (run_dir / cell(lost) / "_ponybench.result.json").unlink()
+        record_path(run_dir / cell(lost), "result").unlink()
     paid = len(calls(root))
     again = run(root, args + [f"--ponybench-resume={run_dir}"], env)
     assert again.returncode == 0, again.stdout[-3000:]

@@ -16,6 +16,8 @@ import yaml
 from pytest_ponybench import cell, workspace
 from pytest_ponybench.spec import ArmSpec, load_task
 from support import ponyproject as pp
+from pytest_ponybench.rundir import write_record
+from support.records import record_path
 
 REPO = Path(__file__).resolve().parents[1]
 # What a rescore may legitimately recompute differently: where the record was produced.
@@ -73,7 +75,7 @@ def scored(tmp_path, task: dict, files: dict[str, str]) -> tuple[cell.Cell, Path
     ws = tmp_path / c.id
     workspace.seed(spec, ws)
     workspace.write_files(ws, files)
-    (ws / cell.AGENT_RECORD).write_text(json.dumps({"status": "finished", "error": ""}))
+    write_record(ws, cell.AGENT_RECORD, {"status": "finished", "error": ""}, None)
     return c, ws
 
 
@@ -103,7 +105,7 @@ def test_checks_run_in_disposable_copies_one_per_axis(tmp_path):
 def test_a_rescore_never_rewrites_the_cells_result(tmp_path):
     c, ws = scored(tmp_path, WRITING_TASK, {"mod.py": "def f():\n    return 1\n"})
     record = cell.finish(c, ws)  # the one write, when the cell finishes
-    result = (ws / workspace.RESULT).read_bytes()
+    result = record_path(ws, workspace.RESULT).read_bytes()
     (ws / "mod.py").write_text("def f():\n    return 2\n")  # as if a scorer fix changed a verdict
     assert cell.score_cell(c, ws)["correct"] == 0 and record["correct"] == 1
-    assert (ws / workspace.RESULT).read_bytes() == result
+    assert record_path(ws, workspace.RESULT).read_bytes() == result

@@ -18,6 +18,7 @@ from support.benchproc import (
     ADD_TASK, GOOD_ADD, Session, bench_args, by_cell, calls, counting_claude, fake_env, fake_pids,
     finished_cells, invocations, only_run_dir, results, run, run_dirs, summary, wait_for, write_project,
 )
+from support.records import record_data
 
 # The scripted model holds each answer PONY_STALL seconds times (run + 1): cells slow enough
 # to be caught in flight, and parallel ones that never finish together. The resume runs
@@ -153,7 +154,7 @@ def test_a_changed_task_spec_reruns_its_cells_and_keeps_the_old_workspace_aside(
         if cell.startswith("add__"):
             assert not record["reused"] and record["spec_hash"] != old[cell]["spec_hash"]
             stale = run_dir / f"{cell}.stale-{old[cell]['spec_hash']}"
-            kept = json.loads((stale / "_ponybench.result.json").read_text())
+            kept = record_data(stale, "result")
             assert kept["spec_hash"] == old[cell]["spec_hash"], "the paid-for workspace is kept aside"
         else:
             assert record["reused"] and record["spec_hash"] == old[cell]["spec_hash"]

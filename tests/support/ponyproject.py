@@ -116,7 +116,8 @@ def bench_args(root: Path, *extra: str, claude: str | Path = FAKE) -> list[str]:
 
 def calls(root: Path) -> list[dict]:
     path = Path(root) / "calls.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    # Each line carries its MAC (`mac`, rundir.seal_result): the tests read the record without it.
+    return [{k: v for k, v in json.loads(line).items() if k != "mac"} for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def run_dirs(root: Path) -> list[Path]:
@@ -132,7 +133,8 @@ def only_run_dir(root: Path) -> Path:
 
 def results(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    # Each line carries its MAC (`mac`, rundir.seal_result): the tests read the record without it.
+    return [{k: v for k, v in json.loads(line).items() if k != "mac"} for line in path.read_text().splitlines()]
 
 
 def by_cell(records: list[dict]) -> dict[str, dict]:
