@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from . import agent, cell as cells, fleet, instruments, library, progress, record as records, summary, tables, workspace
-from .rundir import (KEY_INPUT, NotARunDir, RunDir, append_line, cost_history, max_pause, read_jsonl, seal_result, usd,
+from .rundir import (KEY_INPUT, NotARunDir, RunDir, append_line, cost_history, max_pause, seal_result, usd,
                      write_atomic)
 from .spec import SpecError, load_task
 
