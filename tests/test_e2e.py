@@ -82,31 +82,31 @@ def test_prompt_and_plugin_arms_reach_the_model_and_score(project):
     assert "ctx-plugin" not in by_arm["baseline"]["plugins"] + by_arm["terse"]["plugins"]
 
 
-def test_an_arm_whose_text_never_arrives_is_not_proven(project):
+def run_beside_baseline(project, arm: str, plugin: str, proof: str):
+    """Run the baseline and one plugin arm; the run's result (one cell passed, the plugin's
+    failed) and the plugin arm's record."""
     project.arm("baseline", "description: nothing added\n")
-    # The silent plugin's SessionStart hook prints nothing: its promised context never arrives.
-    project.arm("silent", f"""\
-        plugin: {PLUGINS / 'silent-plugin'}
-        proof: ["PONYBENCH-SILENT-MARKER-0b6f"]
+    project.arm(arm, f"""\
+        plugin: {PLUGINS / plugin}
+        proof: ["{proof}"]
     """)
     result = project.run()
     result.assert_outcomes(passed=1, failed=1)
+    (record,) = [r for r in records(project.path / "runs") if r["arm"] == arm]
+    return result, record
+
+
+def test_an_arm_whose_text_never_arrives_is_not_proven(project):
+    # The silent plugin's SessionStart hook prints nothing: its promised context never arrives.
+    result, silent = run_beside_baseline(project, "silent", "silent-plugin", "PONYBENCH-SILENT-MARKER-0b6f")
     result.stdout.fnmatch_lines(["*cell double__silent__haiku__0*", "agent never ran properly (arm_unproven)*",
                                  "arm silent: NOT proven in 1 of 1 cells*"])
-    (silent,) = [r for r in records(project.path / "runs") if r["arm"] == "silent"]
     assert silent["status"] == "arm_unproven" and not silent["passed"]
     assert "PONYBENCH-SILENT-MARKER-0b6f" in silent["error"]
 
 
 def test_in_rehearsal_a_failing_hook_is_quoted_with_its_stderr(project):
-    project.arm("baseline", "description: nothing added\n")
-    project.arm("failing", f"""\
-        plugin: {PLUGINS / 'failing-plugin'}
-        proof: ["failing-plugin is active"]
-    """)
-    result = project.run()
-    result.assert_outcomes(passed=1, failed=1)
-    (failing,) = [r for r in records(project.path / "runs") if r["arm"] == "failing"]
+    _, failing = run_beside_baseline(project, "failing", "failing-plugin", "failing-plugin is active")
     assert failing["status"] == "arm_unproven"
     # As in a real run: the hook, its exit code and its stderr, not only "the text is missing".
     assert failing["error"].startswith("the hook SessionStart:startup of the plugin of arm 'failing' failed "
