@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, cell as cells, fleet, instruments, library, progress, record as records, summary, tables, workspace
+from . import agent, cell as cells, fleet, instruments, library, progress, record as records, summary, tables
 from .rundir import (KEY_INPUT, NotARunDir, RunDir, append_line, cost_history, max_pause, seal_result, usd,
                      write_atomic)
 from .spec import SpecError, load_task
@@ -134,14 +134,10 @@ class Gathering:
         return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots)
 
 
-def finished_on_disk(ws: Path) -> bool:
-    """Whether a resume will report this workspace's cell from its kept result rather than run
-    it (cell.finished_record's rule, read without moving anything)."""
-    try:
-        status = json.loads((ws / workspace.RESULT).read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return status not in records.INFRA | {records.NOT_RUN, records.INTERRUPTED, None}
+def finished_on_disk(ws: Path, run_dir: RunDir) -> bool:
+    """Whether a resume will report this workspace's cell from its kept, sealed result rather
+    than run it (cell.finished_record's rule, read without moving anything)."""
+    return cells.finished_record(ws, run_dir, move=False) is not None
 
 
 def plugin_problems(state) -> list[str]:
@@ -337,7 +333,7 @@ class Controller:
         total = len(cells)
         kept = 0
         if self.gathering.mode == "resume":  # what is left to run (and to pay for), not the whole run
-            cells = [c for c in cells if not finished_on_disk(run_dir.path / str(c.get("cell")))]
+            cells = [c for c in cells if not finished_on_disk(run_dir.path / str(c.get("cell")), run_dir)]
             kept = total - len(cells)
         history = cost_history(settings.dir, run_dir.path, settings.rehearse)
         known = [history[(c["task"], c["model"])] for c in cells if (c["task"], c["model"]) in history]
