@@ -310,6 +310,9 @@ def settings(config) -> Settings:
     arms_ini = config.getini("ponybench_arms_list")
     arms = opt.arms or (_ini_parsed(config, "ponybench_arms_list", csv_names) if arms_ini.strip() else None)
     runs = opt.runs or _ini_parsed(config, "ponybench_runs", positive_int)
+    from . import rounds  # --ponybench-until-decided collects its cap of rounds; --ponybench-plan is a run's plan
+
+    runs, planning = rounds.runs(config, runs), rounds.settings(config).plan
     timeout = opt.ponybench_timeout or _ini_parsed(config, "ponybench_timeout", positive_seconds)
     check_rootdir(config, "--ponybench-rescore", opt.ponybench_rescore)
     check_rootdir(config, "--ponybench-resume", opt.ponybench_resume)
@@ -319,7 +322,7 @@ def settings(config) -> Settings:
             and Path(opt.ponybench_claude).exists():
         check_rootdir(config, "--ponybench-claude", Path(opt.ponybench_claude).absolute())
     return Settings(
-        enabled=bool(opt.ponybench or opt.ponybench_rescore or opt.ponybench_resume),
+        enabled=bool(opt.ponybench or opt.ponybench_rescore or opt.ponybench_resume or planning),
         models=models, arms=arms, runs=runs, timeout=timeout,
         # A path on the command line is relative to where pytest was started, one in ini to the rootdir.
         dir=Path(opt.ponybench_dir).resolve() if opt.ponybench_dir else (root / config.getini("ponybench_dir")).resolve(),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from . import fleet, library, options, pool, procs, rundir
+from . import fleet, library, options, pool, procs, rounds, rundir
 from .cell import Cell, CellContext, read_identity
 from .collect import EvalsDir, TaskFile, TasksDir, arm_placeholder
 from .rundir import KEY_INPUT, RunDir, max_pause
@@ -129,6 +129,7 @@ def pytest_addhooks(pluginmanager):
 
 def pytest_addoption(parser):
     options.addoption(parser)
+    rounds.addoption(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -243,6 +244,7 @@ def pytest_configure(config):
         from .proof import HookProof  # a real run proves each arm from its cells' hook events
 
         config.pluginmanager.register(HookProof(state.arms, settings.arms_dir), "ponybench-hook-proof")
+    rounds.register(state, config)  # --ponybench-plan, --ponybench-until-decided (after the controller: its gate comes later)
     # pytest's default SIGTERM handling skips `finally` blocks; make SIGTERM an interrupt so
     # every agent process tree is killed on the way out.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
