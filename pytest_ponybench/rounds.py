@@ -348,35 +348,35 @@ def loc_runs(sd: float, loc_ratio: float, alpha: float, power: float) -> int:
     return math.ceil(2 * (z_a + z_b) ** 2 * sd ** 2 / math.log(loc_ratio) ** 2 - 1e-9)
 
 
-def plan_rows(tasks, models: list[str], s: RoundSettings, earlier: dict) -> list[PlanRow]:
+def plan_rows(selection, s: RoundSettings, earlier: dict) -> list[PlanRow]:
+    """Rows per (task, model) of `selection`: each rate axis the task checks, then LOC."""
     from statistics import stdev
 
     from .stats import UNMEASURED_STATUSES, runs_to_detect
 
     rows = []
-    for task in tasks:
-        for model in models:
-            recs = [r for r in earlier.get((task.name, model), []) if r.get("status") not in UNMEASURED_STATUSES]
-            for axis in [a for a in AXES if a in task.checks]:
-                values = [r[axis] for r in recs if r.get(axis) is not None]
-                rate = sum(values) / len(values) if values else None
-                source = f"earlier runs ({len(values)})" if values else "none: taken at 50%"
-                fixed = runs_to_detect(rate, s.plan_difference, confidence=1 - s.alpha, power=s.plan_power)
-                sp = seq.plan_rounds(0.5 if rate is None else rate, s.plan_difference, s.plan_power, s.alpha, s.margin)
-                rows.append(PlanRow(task.name, model, axis, rate, source, fixed, sp.cap, sp.mean_rounds))
-            logs = [math.log(r["total_loc"]) for r in recs if isinstance(r.get("total_loc"), int) and r["total_loc"] > 0]
-            sd = stdev(logs) if len(logs) >= 3 and stdev(logs) > 0 else None
-            rows.append(PlanRow(task.name, model, "loc", sd if sd is not None else s.plan_loc_sd,
-                                f"earlier runs ({len(logs)})" if sd is not None else "guess (--ponybench-plan-loc-sd)",
-                                loc_runs(sd if sd is not None else s.plan_loc_sd, s.plan_loc_ratio, s.alpha, s.plan_power),
-                                None, None))
+    for task, model in selection:
+        recs = [r for r in earlier.get((task.name, model), []) if r.get("status") not in UNMEASURED_STATUSES]
+        for axis in [a for a in AXES if a in task.checks]:
+            values = [r[axis] for r in recs if r.get(axis) is not None]
+            rate = sum(values) / len(values) if values else None
+            source = f"earlier runs ({len(values)})" if values else "none: taken at 50%"
+            fixed = runs_to_detect(rate, s.plan_difference, confidence=1 - s.alpha, power=s.plan_power)
+            sp = seq.plan_rounds(0.5 if rate is None else rate, s.plan_difference, s.plan_power, s.alpha, s.margin)
+            rows.append(PlanRow(task.name, model, axis, rate, source, fixed, sp.cap, sp.mean_rounds))
+        logs = [math.log(r["total_loc"]) for r in recs if isinstance(r.get("total_loc"), int) and r["total_loc"] > 0]
+        sd = stdev(logs) if len(logs) >= 3 and stdev(logs) > 0 else None
+        rows.append(PlanRow(task.name, model, "loc", sd if sd is not None else s.plan_loc_sd,
+                            f"earlier runs ({len(logs)})" if sd is not None else "guess (--ponybench-plan-loc-sd)",
+                            loc_runs(sd if sd is not None else s.plan_loc_sd, s.plan_loc_ratio, s.alpha, s.plan_power),
+                            None, None))
     return rows
 
 
-def plan_lines(rows: list[PlanRow], arms: list[str], costs: dict, s: RoundSettings, rehearsal: bool) -> list[str]:
-    """The plan as terminal lines: one per task x model x axis, then the totals per design."""
-    from .stats import power_method
-
+def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings, rehearsal: bool) -> list[str]:
+    """The plan as terminal lines: one per task x model x axis, then the totals per design.
+    `arms_by`: (task, model) -> the selected arms of its cells."""
+    arms = sorted({a for names in arms_by.values() for a in names})
     out = [f"ponybench plan: runs per arm to detect a {s.plan_difference * 100:.0f} point rate difference "
            f"and a LOC ratio of {s.plan_loc_ratio:g}, power {s.plan_power:g}, alpha {s.alpha:g}, "
            f"{len(arms)} arms ({', '.join(arms)}); nothing was run",
@@ -396,22 +396,31 @@ def plan_lines(rows: list[PlanRow], arms: list[str], costs: dict, s: RoundSettin
         rate_rows = [r for r in mine if r.axis != "loc"]
         fixed = max((r.fixed_runs or 0) for r in mine)
         capped = max(((r.sequential_cap or 0) for r in rate_rows), default=0)
-        fixed_cells += fixed * len(arms)
-        seq_cells += capped * len(arms)
+        width = len(arms_by.get(key, ()))
+        fixed_cells += fixed * width
+        seq_cells += capped * width
         cost = costs.get(key, s.plan_cell_cost)
         if cost is None:
             unknown.add(key)
             continue
-        fixed_cost += fixed * len(arms) * cost
-        seq_cost += capped * len(arms) * cost
+        fixed_cost += fixed * width * cost
+        seq_cost += capped * width * cost
     money = "simulated USD (rehearsal)" if rehearsal else "USD"
     source = ("cost per cell from earlier kept runs of each task and model"
               + (f", else the guess {usd(s.plan_cell_cost)}" if s.plan_cell_cost is not None else ""))
     missing = f"; {len(unknown)} task x model without a cost (give --ponybench-plan-cell-cost)" if unknown else ""
-    out.append(f"fixed design: {fixed_cells} cells, {usd(fixed_cost)} {money} ({source}{missing})")
-    out.append(f"sequential (--ponybench-until-decided), at most: {seq_cells} cells, {usd(seq_cost)} {money}; "
+    if unknown and len(unknown) == len({(r.task, r.model) for r in rows}):
+        fixed_money = seq_money = "cost unknown: no earlier kept run of these tasks and models (give --ponybench-plan-cell-cost)"
+    else:
+        fixed_money = f"{usd(fixed_cost)} {money} ({source}{missing})"
+        seq_money = f"{usd(seq_cost)} {money}"
+    out.append(f"fixed design: {fixed_cells} cells, {fixed_money}")
+    out.append(f"sequential (--ponybench-until-decided), at most: {seq_cells} cells, {seq_money}; "
                f"it stops earlier where the data decide")
-    out.append(f"method, fixed rates: {power_method(1 - s.alpha)}")
+    out.append(f"method, fixed rates: runs per arm from the reference's rate (50% without earlier runs), "
+               f"two-proportion normal approximation (Fleiss, no continuity correction), two-sided alpha "
+               f"{s.alpha:g}, power {s.plan_power:g}, the larger of the two directions within [0, 1] "
+               f"(stats.runs_to_detect)")
     out.append(f"method, LOC: two-sample normal approximation on log total_loc, n = 2 (z_a + z_b)^2 sd^2 / "
                f"log(ratio)^2, sd from earlier runs of the reference (>= 3 runs), else the guess")
     out.append(f"method, sequential: {seq.METHOD}; cap = the round by which a seeded simulation "
@@ -420,32 +429,34 @@ def plan_lines(rows: list[PlanRow], arms: list[str], costs: dict, s: RoundSettin
 
 
 class PlanPlugin:
-    """--ponybench-plan: print the plan before the gate and stop; no cell, no run directory."""
+    """--ponybench-plan: the session only collects (as `--co` does: no gate, no run directory,
+    no cell), so -k, -m and paths select the plan's cells as they would a run's; the plan is
+    printed when collection ends, and the session stops there."""
 
     def __init__(self, state, config):
         self.state = state
         self.config = config
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionstart(self, session):
+    @pytest.hookimpl(tryfirst=True)  # before --co's listing of every cell
+    def pytest_collection_finish(self, session):
         from .rundir import cost_history
-        from .spec import SpecError, load_task
 
         state, s = self.state, settings(self.config)
-        tasks = []
-        try:
-            for path, fixtures in state.all_tasks():
-                tasks.append(load_task(path, fixtures) if fixtures is not None
-                             else state.evals.cases[Path(path).parent.name].task)
-        except SpecError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        ref = state.settings.reference
-        earlier = history(state.settings.dir, state.settings.rehearse, ref)
+        tasks, arms_by = {}, {}
+        for item in session.items:
+            cell = getattr(item, "cell", None)
+            if cell is None:
+                continue
+            tasks[cell.task.name] = cell.task
+            arms_by.setdefault((cell.task.name, cell.model), set()).add(cell.arm.name)
+        earlier = history(state.settings.dir, state.settings.rehearse, state.settings.reference)
         costs = cost_history(state.settings.dir, None, state.settings.rehearse)
-        arms = [a.name for a in state.selected_arms()]
-        rows = plan_rows(tasks, state.settings.models, s, earlier)
+        rows = plan_rows([(tasks[t], m) for t, m in sorted(arms_by)], s, earlier)
+        lines = plan_lines(rows, {k: sorted(v) for k, v in arms_by.items()}, costs, s, state.settings.rehearse)
+        if not arms_by:
+            lines = ["ponybench plan: no cell selected (check -k, -m, --arms and the tasks folder); nothing was run"]
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        for line in plan_lines(rows, arms, costs, s, state.settings.rehearse):
+        for line in lines:
             if reporter is not None:
                 reporter.write_line(line)
             else:
@@ -457,6 +468,8 @@ def register(state, config) -> None:
     """Called from plugin.pytest_configure once the state is made."""
     s = settings(config)
     if s.plan and not hasattr(config, "workerinput"):
+        # Collect only: the controller's gate and every cell stay out, as under --co.
+        config.option.collectonly = True
         config.pluginmanager.register(PlanPlugin(state, config), "ponybench-plan")
         return
     if s.until_decided and state.settings.rescore is None:

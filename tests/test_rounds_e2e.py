@@ -107,6 +107,11 @@ def test_until_decided_stops_the_clear_comparison_and_runs_the_open_one_to_the_c
     skipped = MAX_RUNS - len(by_arm["worse"])
     assert f"{skipped} cells not run: their comparisons were decided" in out
 
+    # A plan after the run takes the reference's rates and the cost per cell from it.
+    later = run(pytester, claude_bin, "--ponybench-plan").stdout.str()
+    assert "| double | haiku | safe | 100% | earlier runs (8) |" in later, later
+    assert re.search(r"fixed design: \d+ cells, \$\d+\.\d+ simulated USD \(rehearsal\) \(cost per cell from earlier", later)
+
     # A resume continues the rounds: nothing is paid again, the decided arm stays stopped.
     again = run(pytester, claude_bin, "--ponybench-until-decided", "--ponybench-max-runs", str(MAX_RUNS),
                 f"--ponybench-resume={run_dir}")
@@ -123,10 +128,13 @@ def test_a_plan_runs_nothing_and_names_its_cost_source(pytester, claude_bin):
                  "--ponybench-plan-difference", "0.4")
     assert result.ret == 0
     out = result.stdout.str()
-    assert "nothing was run" in out and "else the guess $0.50" in out
+    assert "nothing was run" in out and "else the guess $0.5" in out
     assert "| double | haiku | correct | - | none: taken at 50% |" in out
     assert "| double | haiku | loc |" in out
     assert not (root / "runs").exists() or not any((root / "runs").iterdir())
+    # -k selects the plan's cells as it would a run's.
+    narrowed = run(pytester, claude_bin, "--ponybench-plan", "-k", "baseline or worse").stdout.str()
+    assert "2 arms (baseline, worse)" in narrowed
 
 
 def test_bad_plan_values_are_refused_naming_the_option(pytester, claude_bin):
