@@ -23,11 +23,19 @@ from pathlib import Path
 
 import pytest
 
-from . import sequential as seq
 from .options import parse_number, positive_int
 from .rundir import SUMMARY_MD, read_jsonl, usd, write_atomic
 
 DECIDED = "decided"
+
+
+def _seq():
+    """sequential.py, imported when first needed: it needs numpy, which a worker running
+    cells without --ponybench-until-decided never imports (tests/test_collect_scope.py)."""
+    from . import sequential
+
+    return sequential
+
 AXES = ("correct", "safe")
 SEQUENTIAL_JSON = "sequential.json"
 
@@ -187,7 +195,7 @@ def decisions(records: list[dict], reference: str, alpha: float, margin: float,
             continue
         ref = by_side[(task, model, reference)]
         for axis in axes_of(list(runs_of.values()) + list(ref.values())):
-            d = seq.decide(pairs(runs_of, ref, axis, before), alpha, margin)
+            d = _seq().decide(pairs(runs_of, ref, axis, before), alpha, margin)
             out.append(ComparisonResult(task, model, arm, axis, d.verdict, d.round, d.rounds,
                                         d.low, d.high, d.reason(margin), d.method))
     return out
@@ -244,7 +252,7 @@ class RoundsPlugin:
         for arm in others:
             mine = self.side(cell, arm, cell.run)
             for axis in axes:
-                if not seq.decide(pairs(mine, ref, axis), self.s.alpha, self.s.margin).decided:
+                if not _seq().decide(pairs(mine, ref, axis), self.s.alpha, self.s.margin).decided:
                     open_.append(f"{arm.name}/{axis}")
         return open_
 
@@ -275,7 +283,7 @@ class RoundsReport:
         if not self.results:
             return ["sequential: no comparison had records on both sides"]
         out = [f"sequential decisions (alpha {self.s.alpha:g}, margin +-{self.s.margin:g}, "
-               f"cap {self.s.max_runs} rounds): {seq.METHOD}"]
+               f"cap {self.s.max_runs} rounds): {_seq().METHOD}"]
         for c in self.results:
             stop = f"stopped at round {c.round}" if c.round else f"ran to round {c.rounds} (the cap or the budget)"
             out.append(f"  {c.task} / {c.model} / {c.arm} vs {self.state.settings.reference} / {c.axis}: "
@@ -291,7 +299,7 @@ class RoundsReport:
         every = [r for r in run_dir.read_results()]
         last = {r["cell"]: r for r in every}
         self.results = decisions(list(last.values()), self.state.settings.reference, self.s.alpha, self.s.margin)
-        data = {"method": seq.METHOD, "citation": seq.CITATION, "alpha": self.s.alpha, "margin": self.s.margin,
+        data = {"method": _seq().METHOD, "citation": _seq().CITATION, "alpha": self.s.alpha, "margin": self.s.margin,
                 "max_runs": self.s.max_runs, "cells_not_run": self.skipped,
                 "comparisons": [asdict(c) for c in self.results]}
         write_atomic(run_dir.path / SEQUENTIAL_JSON, json.dumps(data, indent=2))
@@ -302,7 +310,7 @@ class RoundsReport:
                 ["| task | model | arm | axis | stopped | why |", "| --- | --- | --- | --- | --- | --- |"]
                 + [f"| {c.task} | {c.model} | {c.arm} | {c.axis} | "
                    f"{'round ' + str(c.round) if c.round else 'not (cap)'} | {c.reason} |" for c in self.results]
-            ) + f"\n\nMethod: {seq.METHOD}.\n\nCitation: {seq.CITATION}.\n"
+            ) + f"\n\nMethod: {_seq().METHOD}.\n\nCitation: {_seq().CITATION}.\n"
             write_atomic(md, text.rstrip("\n") + "\n" + section)
 
     @pytest.hookimpl(trylast=True)
@@ -362,7 +370,7 @@ def plan_rows(selection, s: RoundSettings, earlier: dict) -> list[PlanRow]:
             rate = sum(values) / len(values) if values else None
             source = f"earlier runs ({len(values)})" if values else "none: taken at 50%"
             fixed = runs_to_detect(rate, s.plan_difference, confidence=1 - s.alpha, power=s.plan_power)
-            sp = seq.plan_rounds(0.5 if rate is None else rate, s.plan_difference, s.plan_power, s.alpha, s.margin)
+            sp = _seq().plan_rounds(0.5 if rate is None else rate, s.plan_difference, s.plan_power, s.alpha, s.margin)
             rows.append(PlanRow(task.name, model, axis, rate, source, fixed, sp.cap, sp.mean_rounds))
         logs = [math.log(r["total_loc"]) for r in recs if isinstance(r.get("total_loc"), int) and r["total_loc"] > 0]
         sd = stdev(logs) if len(logs) >= 3 and stdev(logs) > 0 else None
@@ -423,8 +431,8 @@ def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings
                f"(stats.runs_to_detect)")
     out.append(f"method, LOC: two-sample normal approximation on log total_loc, n = 2 (z_a + z_b)^2 sd^2 / "
                f"log(ratio)^2, sd from earlier runs of the reference (>= 3 runs), else the guess")
-    out.append(f"method, sequential: {seq.METHOD}; cap = the round by which a seeded simulation "
-               f"({seq.PLAN_EXPERIMENTS} experiments) decided the difference in {s.plan_power:g} of them")
+    out.append(f"method, sequential: {_seq().METHOD}; cap = the round by which a seeded simulation "
+               f"({_seq().PLAN_EXPERIMENTS} experiments) decided the difference in {s.plan_power:g} of them")
     return out
 
 
