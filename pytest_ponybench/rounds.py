@@ -271,6 +271,7 @@ class RoundsReport:
 
     def __init__(self, state, config):
         self.state = state
+        self.config = config
         self.s = settings(config)
         self.results: list[ComparisonResult] = []
         self.skipped = 0
@@ -278,6 +279,13 @@ class RoundsReport:
     def pytest_runtest_logreport(self, report):
         if report.skipped and report.when == "setup" and DECIDED in str(report.longrepr):
             self.skipped += 1
+            # The progress line counts a decided cell as done (skipped), as it does a cell the
+            # budget skipped, so its count reaches the total.
+            controller = self.config.pluginmanager.get_plugin("ponybench-controller")
+            printer = getattr(controller, "progress", None)
+            if printer is not None:
+                printer.progress.skip()
+                printer.update()
 
     def lines(self) -> list[str]:
         if not self.results:

@@ -106,6 +106,8 @@ def test_until_decided_stops_the_clear_comparison_and_runs_the_open_one_to_the_c
     assert "double / haiku / same vs baseline / correct: ran to round 8" in out
     skipped = MAX_RUNS - len(by_arm["worse"])
     assert f"{skipped} cells not run: their comparisons were decided" in out
+    # The progress line counts the decided cells as skipped, so it reaches the total.
+    assert re.search(rf"{3 * MAX_RUNS}/{3 * MAX_RUNS} cells \(.*{skipped} skipped", out), out
 
     # A plan after the run takes the reference's rates and the cost per cell from it.
     later = run(pytester, claude_bin, "--ponybench-plan").stdout.str()
