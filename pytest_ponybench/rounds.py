@@ -320,6 +320,24 @@ class RoundsReport:
                    f"{'round ' + str(c.round) if c.round else 'not (cap)'} | {c.reason} |" for c in self.results]
             ) + f"\n\nMethod: {_seq().METHOD}.\n\nCitation: {_seq().CITATION}.\n"
             write_atomic(md, text.rstrip("\n") + "\n" + section)
+        page = run_dir.path / "report.html"
+        if page.exists():
+            text = page.read_text(encoding="utf-8")
+            if "</body>" in text:
+                write_atomic(page, text.replace("</body>", self.html_section() + "</body>", 1))
+
+    def html_section(self) -> str:
+        import html
+
+        rows = "".join(
+            f"<tr><td>{html.escape(c.task)}</td><td>{html.escape(c.model)}</td><td>{html.escape(c.arm)}</td>"
+            f"<td>{c.axis}</td><td>{'round ' + str(c.round) if c.round else 'not (cap)'}</td>"
+            f"<td>{html.escape(c.reason)}</td></tr>" for c in self.results)
+        return ("<h2>Sequential decisions</h2><div class=\"scroll\"><table><thead><tr><th>task</th><th>model</th>"
+                "<th>arm</th><th>axis</th><th>stopped</th><th>why</th></tr></thead><tbody>" + rows
+                + f"</tbody></table></div><ul class=\"notes\"><li>Method: {html.escape(_seq().METHOD)}</li>"
+                f"<li>Citation: {html.escape(_seq().CITATION)}</li>"
+                f"<li>{self.skipped} cells not run: their comparisons were decided</li></ul>")
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
@@ -489,6 +507,12 @@ def register(state, config) -> None:
         config.pluginmanager.register(PlanPlugin(state, config), "ponybench-plan")
         return
     if s.until_decided and state.settings.rescore is None:
+        if state.settings.at_once > 1:
+            # The pool starts cells ahead of pytest's setup, where the decision is made: it
+            # would pay for cells of comparisons already decided.
+            raise pytest.UsageError(
+                f"--ponybench-until-decided runs cells one round after another and cannot start cells ahead: "
+                f"drop --ponybench-at-once {state.settings.at_once} (use -n N for cells side by side)")
         config.pluginmanager.register(RoundsPlugin(state, config), "ponybench-rounds")
         if not hasattr(config, "workerinput"):
             config.pluginmanager.register(RoundsReport(state, config), "ponybench-rounds-report")

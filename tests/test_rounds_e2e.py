@@ -102,6 +102,8 @@ def test_until_decided_stops_the_clear_comparison_and_runs_the_open_one_to_the_c
     assert "Waudby-Smith" in data["citation"]
     summary = (run_dir / "summary.md").read_text()
     assert "## Sequential decisions" in summary and "| worse | safe | round " in summary
+    page = (run_dir / "report.html").read_text()
+    assert "<h2>Sequential decisions</h2>" in page and "<td>worse</td><td>safe</td><td>round " in page
     assert re.search(r"double / haiku / worse vs baseline / safe: stopped at round \d+: arm worse", out), out
     assert "double / haiku / same vs baseline / correct: ran to round 8" in out
     skipped = MAX_RUNS - len(by_arm["worse"])
@@ -144,3 +146,15 @@ def test_bad_plan_values_are_refused_naming_the_option(pytester, claude_bin):
     result = run(pytester, claude_bin, "--ponybench-plan", "--ponybench-plan-power", "1.5")
     assert result.ret != 0
     assert "--ponybench-plan-power" in result.stderr.str() and "between 0 and 1" in result.stderr.str()
+    (pytester.path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\ntestpaths = ["tasks"]\nponybench_margin = "2"\n')
+    result = run(pytester, claude_bin, "--ponybench-until-decided")
+    assert result.ret != 0 and "ini option ponybench_margin = '2': must be between 0 and 1" in result.stderr.str()
+
+
+def test_until_decided_refuses_cells_started_ahead(pytester, claude_bin):
+    make_project(pytester)
+    result = run(pytester, claude_bin, "--ponybench-until-decided", "--ponybench-at-once", "2")
+    assert result.ret != 0
+    assert "cannot start cells ahead: drop --ponybench-at-once 2" in result.stderr.str()
+    assert not (pytester.path / "runs").exists() or not any((pytester.path / "runs").iterdir())
