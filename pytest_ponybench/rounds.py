@@ -326,6 +326,15 @@ class RoundsReport:
             if "</body>" in text:
                 write_atomic(page, text.replace("</body>", self.html_section() + "</body>", 1))
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session):
+        """After the controller's announcement: the cell count there is the cap, not the bill."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and self.state.run_dir is not None:
+            reporter.write_line(f"ponybench: until decided: the cells above are at most {self.s.max_runs} rounds; "
+                                f"a cell whose comparisons are decided by its round is skipped, not paid "
+                                f"(alpha {self.s.alpha:g}, margin +-{self.s.margin:g})")
+
     def html_section(self) -> str:
         import html
 

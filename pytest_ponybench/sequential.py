@@ -147,16 +147,14 @@ VERDICTS = (BETTER, WORSE, EQUIVALENT, UNDECIDED)
 def interval(diffs, alpha: float = ALPHA) -> tuple[float, float]:
     """The running interval of the confidence sequence after all ``diffs``: every boundary m on
     a grid of GRID_STEP whose one-sided bet never crossed, widened by one step outward."""
-    d = np.asarray([x for x in diffs], dtype=float)
+    d = np.asarray(list(diffs), dtype=float)
     if d.size == 0:
         return -1.0, 1.0
     grid = np.round(np.arange(-1 + GRID_STEP, 1, GRID_STEP), 10)
-    rows = np.broadcast_to(d, (grid.size, d.size))
     threshold = math.log(2 / alpha)
     # Each boundary has its own bets (they depend on m), so the grid is computed row by row.
     up = np.array([capital(d, m, +1).max() >= threshold for m in grid])
     down = np.array([capital(d, m, -1).max() >= threshold for m in grid])
-    del rows
     low = grid[up].max() if up.any() else -1.0
     high = grid[down].min() if down.any() else 1.0
     if low >= high:  # the grid's coarseness, never the data: keep a proper interval

@@ -106,6 +106,7 @@ def test_until_decided_stops_the_clear_comparison_and_runs_the_open_one_to_the_c
     assert "<h2>Sequential decisions</h2>" in page and "<td>worse</td><td>safe</td><td>round " in page
     assert re.search(r"double / haiku / worse vs baseline / safe: stopped at round \d+: arm worse", out), out
     assert "double / haiku / same vs baseline / correct: ran to round 8" in out
+    assert f"until decided: the cells above are at most {MAX_RUNS} rounds" in out
     skipped = MAX_RUNS - len(by_arm["worse"])
     assert f"{skipped} cells not run: their comparisons were decided" in out
     # The progress line counts the decided cells as skipped, so it reaches the total.
@@ -158,3 +159,19 @@ def test_until_decided_refuses_cells_started_ahead(pytester, claude_bin):
     assert result.ret != 0
     assert "cannot start cells ahead: drop --ponybench-at-once 2" in result.stderr.str()
     assert not (pytester.path / "runs").exists() or not any((pytester.path / "runs").iterdir())
+
+
+def test_until_decided_under_xdist(pytester, claude_bin):
+    # Two workers collect the same cells in the same round order (xdist refuses a run whose
+    # workers disagree), and each reads the sealed results of the other's cells.
+    root = make_project(pytester)
+    cap = 10  # a worker may start a round while the last one still runs: room for a late look
+    result = run(pytester, claude_bin, "-n", "2", "--ponybench-until-decided", "--ponybench-max-runs", str(cap))
+    out = result.stdout.str()
+    (run_dir,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
+    paid = {json.loads(line)["cell"] for line in (run_dir / "_ponybench.spend.jsonl").read_text().splitlines()}
+    count = {arm: sum(1 for c in paid if f"__{arm}__" in c) for arm in ("baseline", "same", "worse")}
+    assert count["baseline"] == count["same"] == cap and count["worse"] < cap, (count, out[-3000:])
+    data = json.loads((run_dir / "sequential.json").read_text())
+    found = {(c["arm"], c["axis"]): c["verdict"] for c in data["comparisons"]}
+    assert found[("worse", "safe")] == "arm worse" and found[("same", "safe")] == "undecided"
