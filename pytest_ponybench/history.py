@@ -65,6 +65,7 @@ class Point:
     low: float | None
     high: float | None
     flag: str = ""  # why it left its historical range, with the interval; "" when it did not
+    spec: str = ""  # the cells' spec_hash: changes with the task's or the arm's own text, or the model id
 
 
 @dataclass
@@ -181,7 +182,9 @@ def build(runs: list[Run]) -> list[Series]:
                     continue
                 n, value, low, high, raw = figure_of(mine, figure, key)
                 ids = sorted({str(r.get("model_id")) for r in mine if r.get("model_id")})
-                point = Point(run.name, run.date, run.claude_version, ", ".join(ids) or "?", n, value, low, high)
+                specs = ", ".join(sorted({str(r.get("spec_hash")) for r in mine if r.get("spec_hash")}))
+                point = Point(run.name, run.date, run.claude_version, ", ".join(ids) or "?", n, value, low, high,
+                              spec=specs or "?")
                 earlier_runs = sum(1 for p in points if p.n)
                 if raw and earlier_runs >= MIN_EARLIER:
                     point.flag = drift(figure, raw, pooled, key + (figure, run.name))
@@ -216,11 +219,11 @@ def tables(series: list[Series]) -> list[Table]:
             cells = {f: next((p for p in s.points if p.run == run), None) for f, s in by_figure.items()}
             first = next(p for p in cells.values() if p is not None)
             flags = "; ".join(p.flag for p in cells.values() if p is not None and p.flag)
-            rows.append([first.date, run, first.claude_version, first.model_id]
+            rows.append([first.date, run, first.claude_version, first.model_id, first.spec]
                         + [fmt(f, cells[f]) if cells.get(f) else "-" for f in FIGURES]
                         + [("DRIFT: " + flags) if flags else ""])
         out.append(Table(f"{task} · {arm} · {model}",
-                         ["date", "run", "CLI", "model id", "correct", "safe", "LOC median", "cost/cell", "flag"],
+                         ["date", "run", "CLI", "model id", "spec", "correct", "safe", "LOC median", "cost/cell", "flag"],
                          rows, notes=[f"{f}: {s.method}" for f, s in by_figure.items()]))
     return out
 
@@ -243,13 +246,29 @@ def version_changes(runs: list[Run]) -> list[str]:
     return out
 
 
+def spec_changes(series: list[Series]) -> list[str]:
+    """Where a task x arm x model's spec_hash changed: the task's or the arm's own text, or the
+    model id, changed between two runs (once per task x arm x model, from its first figure)."""
+    out, seen = [], set()
+    for s in series:
+        if (s.task, s.arm, s.model) in seen:
+            continue
+        seen.add((s.task, s.arm, s.model))
+        for before, after in zip(s.points, s.points[1:]):
+            if before.spec != after.spec:
+                out.append(f"spec of {s.task} · {s.arm} · {s.model} changed {before.spec} -> {after.spec} "
+                           f"at {after.run} (the task's or arm's text, or the model id)")
+    return out
+
+
 def markdown(runs: list[Run], series: list[Series]) -> str:
     from .markdown import markdown_table
 
     included = [r for r in runs if not r.left_out]
     parts = ["# ponybench history", "",
              f"{len(included)} runs in the history, {len(runs) - len(included)} left out.", ""]
-    parts += [f"- {line}" for line in left_out_lines(runs) + version_changes(runs) + flags(series)]
+    parts += [f"- {line}" for line in left_out_lines(runs) + version_changes(runs) + spec_changes(series)
+              + flags(series)]
     parts.append("")
     parts += [markdown_table(t) for t in tables(series)]
     return "\n".join(parts) + "\n"
@@ -295,7 +314,8 @@ def report_html(runs: list[Run], series: list[Series], draw: bool = True) -> str
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>ponybench history</title>"
            f"<style>{STYLE}</style></head><body><h1>ponybench history</h1>"]
     out.append("<ul>" + "".join(f"<li>{inline_code(line)}</li>"
-                                for line in left_out_lines(runs) + version_changes(runs) + flags(series)) + "</ul>")
+                                for line in left_out_lines(runs) + version_changes(runs) + spec_changes(series)
+                                + flags(series)) + "</ul>")
     for table in tables(series):
         out.append(html_table(table))
     for s in series if draw else []:
@@ -339,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     included = [r for r in runs if not r.left_out]
     print(f"ponybench history: {len(included)} runs, {len(runs) - len(included)} left out")
-    for line in left_out_lines(runs) + version_changes(runs):
+    for line in left_out_lines(runs) + version_changes(runs) + spec_changes(series):
         print(line)
     for table in tables(series):
         for line in text_table(table):

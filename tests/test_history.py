@@ -24,7 +24,9 @@ def cell(run_no: int, arm: str, i: int, *, version: str, status: str = "finished
     return {"cell": f"t__{arm}__haiku__{i}", "task": "t", "arm": arm, "model": "haiku",
             "model_id": "claude-haiku-4-5", "run": i, "status": status, "correct": correct,
             "safe": 1, "total_loc": loc, "delivered": True, "cost_usd": 0.01 + 0.001 * i,
-            "claude_version": version, "rehearsal": False}
+            "claude_version": version, "rehearsal": False,
+            # tidy's arm text changed before run 4: its spec hash with it
+            "spec_hash": f"{arm}-{'v2' if arm == 'tidy' and run_no >= 4 else 'v1'}"}
 
 
 def make_run(root: Path, run_no: int, *, version: str, rehearsal: bool = False, budget_skipped: int = 0,
@@ -63,6 +65,8 @@ def test_history_flags_the_planted_drift_and_nothing_else(runs, tmp_path, capsys
     assert "left out 20261214-100000: cut short by the budget (4 cells skipped)" in text
     assert "left out 20261215-100000: 5 of 12 cells infra errors" in text
     assert "CLI version 2.1.328 -> 2.1.400 at 20261207-100000" in text
+    assert "spec of t · tidy · haiku changed tidy-v1 -> tidy-v2 at 20261205-100000" in text
+    assert "spec of t · baseline" not in text
     drifts = [line for line in text.splitlines() if line.startswith("DRIFT")]
     assert len(drifts) == 2, drifts
     assert all("t · tidy · haiku in 20261210-100000" in line for line in drifts)
