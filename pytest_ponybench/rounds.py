@@ -209,12 +209,20 @@ class RoundsPlugin:
         self.config = config
         self.s = settings(config)
         self.found: dict[str, dict] = {}  # finished records read so far (they never change)
+        self.present: dict[tuple[str, str], set[str]] = {}
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items):
         """Round by round: all of round 0 first, then round 1, ... (a stable sort, the same in
         every xdist worker)."""
         items.sort(key=lambda i: getattr(getattr(i, "cell", None), "run", -1))
+        # The arms whose cells this session runs per task x model (after -k and -m): a
+        # reference cell serves only those, not an arm deselected here that would never decide.
+        self.present = {}
+        for item in items:
+            cell = getattr(item, "cell", None)
+            if cell is not None:
+                self.present.setdefault((cell.task.name, cell.model), set()).add(cell.arm.name)
 
     def record(self, cell) -> dict | None:
         from .cell import finished_record
@@ -244,8 +252,12 @@ class RoundsPlugin:
         ref_arm = self.state.arms.get(reference)
         if ref_arm is None:
             return ["no reference arm"]
+        present = self.present.get((cell.task.name, cell.model))
         others = [cell.arm] if cell.arm.name != reference else \
-            [a for a in self.state.arms_for(cell.task) if a.name != reference]
+            [a for a in self.state.arms_for(cell.task)
+             if a.name != reference and (present is None or a.name in present)]
+        if not others:
+            return ["nothing to compare it with: a reference alone runs every round, as a fixed design"]
         ref = self.side(cell, ref_arm, cell.run)
         axes = [a for a in AXES if a in cell.task.checks] or list(AXES)
         open_ = []

@@ -175,3 +175,15 @@ def test_until_decided_under_xdist(pytester, claude_bin):
     data = json.loads((run_dir / "sequential.json").read_text())
     found = {(c["arm"], c["axis"]): c["verdict"] for c in data["comparisons"]}
     assert found[("worse", "safe")] == "arm worse" and found[("same", "safe")] == "undecided"
+
+
+def test_a_reference_stops_with_the_arms_this_session_runs(pytester, claude_bin):
+    # -k leaves "same" out: the reference serves only "worse", whose comparisons decide, so
+    # the reference's cells stop with them instead of waiting for an arm that never runs.
+    root = make_project(pytester)
+    run(pytester, claude_bin, "--ponybench-until-decided", "--ponybench-max-runs", str(MAX_RUNS),
+        "-k", "baseline or worse")
+    (run_dir,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
+    paid = {json.loads(line)["cell"] for line in (run_dir / "_ponybench.spend.jsonl").read_text().splitlines()}
+    count = {arm: sum(1 for c in paid if f"__{arm}__" in c) for arm in ("baseline", "same", "worse")}
+    assert count["same"] == 0 and count["baseline"] == count["worse"] < MAX_RUNS, count
