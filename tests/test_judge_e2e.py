@@ -1,0 +1,102 @@
+"""--ponybench-judge end to end: the real pinned CLI against the scripted judge
+(rehearsal.JudgeScript), whose requests the run counts. No model API is reached."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.ponyproject import DOUBLE_TASK
+
+JUDGED = ("over_engineering", "over_engineering_construct", "over_engineering_votes", "completeness",
+          "judge_status", "judge_model", "judge_rubric", "judge_fingerprint", "judge_cost_usd")
+
+
+def run_dir(project) -> Path:
+    (found,) = [p for p in (project.path / "runs").iterdir() if p.is_dir()]
+    return found
+
+
+def results(project) -> list[dict]:
+    return [json.loads(line) for line in (run_dir(project) / "results.jsonl").read_text().splitlines()]
+
+
+def ledger(project) -> list[dict]:
+    return [json.loads(line) for line in (run_dir(project) / "_ponybench.spend.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makefile(".toml", pyproject='[tool.pytest.ini_options]\ntestpaths = ["tasks"]\n')
+    (pytester.path / "tasks").mkdir()
+    (pytester.path / "arms").mkdir()
+    (pytester.path / "tasks" / "double.yaml").write_text(DOUBLE_TASK)
+    (pytester.path / "arms" / "baseline.yaml").write_text("description: nothing added\n")
+    (pytester.path / "arms" / "terse.yaml").write_text("prompt: Answer tersely, PONYBENCH-TERSE.\n")
+    return pytester
+
+
+def run(pytester, claude_bin, *args):
+    return pytester.runpytest_subprocess(
+        "--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}", "--ponybench-judge",
+        "--ponybench-judge-votes=1", f"--ponybench-dir={pytester.path / 'runs'}", "-p", "no:cacheprovider",
+        *args, timeout=240)
+
+
+def test_judged_cells_kept_and_a_rescore_asks_the_judge_nothing(project, claude_bin):
+    result = run(project, claude_bin)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["ponybench: judge claude-sonnet-4-6 (rubric *, rehearsal:agree): proven on 1 judge pairs*",
+                                 # 2 for the pair, 1 per judged cell (2 cells, one axis each, one vote)
+                                 "ponybench: the scripted judge answered 4 judge requests in this process"])
+    made = results(project)
+    assert [r["judge_status"] for r in made] == ["judged", "judged"]
+    assert [r["over_engineering"] for r in made] == [0, 0]  # the good reference: nothing over-built
+    assert all(r["completeness"] is None for r in made)  # a surgical task: its check decides completeness
+    # The judge's cost is on the ledger, apart from the agents'.
+    judged = [e for e in ledger(project) if e["cell"].endswith("/judge")]
+    assert {e["cell"] for e in judged} == {"proof:double/judge"} | {f"{r['cell']}/judge" for r in made}
+    assert sum(e["cost_usd"] for e in judged) > 0
+    kept = sorted(run_dir(project).glob("_ponybench.records/*/judge-*.json"))
+    assert len(kept) == 2
+
+    again = project.runpytest_subprocess(f"--ponybench-rescore={run_dir(project)}", f"--ponybench-claude={claude_bin}",
+                                         "--ponybench-judge", "--ponybench-judge-votes=1", "-p", "no:cacheprovider",
+                                         timeout=240)
+    assert again.ret == 0, again.stdout.str()
+    again.stdout.fnmatch_lines(["ponybench: the scripted judge answered 0 judge requests in this process"])
+    rescored = results(project)
+    assert [{k: r[k] for k in JUDGED} for r in rescored] == [{k: r[k] for k in JUDGED} for r in made]
+    assert all(r["judge_reused"] for r in rescored)
+
+
+def test_a_judge_ranking_a_pair_wrongly_stops_the_judged_axes_before_any_cell(project, claude_bin):
+    result = run(project, claude_bin, "--ponybench-rehearse-judge=disagree")
+    assert result.ret == 0, result.stdout.str()  # the cells themselves are not the judge's to fail
+    out = result.stdout.str()
+    assert "NOT proven: it ranked 1 of 1 judge pairs wrongly" in out
+    assert "double (minimal vs over-built, over_engineering): the judge scored the better one 3" in out
+    assert out.index("NOT proven") < out.index("tasks/double.yaml")  # before any cell ran
+    # Only the pair was asked: no cell was judged by an unproven judge.
+    result.stdout.fnmatch_lines(["ponybench: the scripted judge answered 2 judge requests in this process"])
+    for record in results(project):
+        assert record["over_engineering"] is None
+        assert record["judge_status"].startswith("judge unproven: double (minimal vs over-built")
+
+
+def test_a_judge_api_fault_is_an_infra_error_of_the_judgement_not_of_the_cell(project, claude_bin):
+    result = run(project, claude_bin, "--ponybench-rehearse-judge=529")
+    assert result.ret == 0, result.stdout.str()
+    for record in results(project):
+        assert record["passed"] is True and record["status"] == "finished"
+        assert record["over_engineering"] is None
+        assert "infra_error" in record["judge_status"]
+
+
+def test_judge_options_are_checked(project, claude_bin):
+    bad = run(project, claude_bin, "--ponybench-judge-votes=2")
+    assert bad.ret != 0
+    bad.stderr.fnmatch_lines(["*--ponybench-judge-votes*odd number of votes*"])
+    bad = run(project, claude_bin, "--ponybench-judge-model=gpt")
+    assert bad.ret != 0
+    assert "--ponybench-judge-model: unknown model 'gpt'" in bad.stderr.str() + bad.stdout.str()
