@@ -322,9 +322,27 @@ class JudgePlugin:
         write_record(ws, kind, fields, key)
         return fields
 
+    @pytest.hookimpl(trylast=True)  # after the controller's summary: the judged axes are their own section
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if hasattr(config, "workerinput") or self.state.run_dir is None:
             return
+        from . import judge_report
+        from .rundir import usd
+        from .tables import text_table
+
+        gathering = getattr(config.pluginmanager.get_plugin("ponybench-controller"), "gathering", None)
+        every = gathering.all_records() if gathering is not None else []
+        table = judge_report.table(every, self.state.settings.reference)
+        tr = terminalreporter
+        if table is not None:
+            tr.write_sep("-", "ponybench judged axes")
+            for line in self.proof_lines:
+                tr.write_line(line, red=line.startswith("judge") and "NOT proven" in line)
+            for line in text_table(table, indent=""):
+                tr.write_line(line)
+            spent = judge_spent(self.state.run_dir)
+            tr.write_line(f"judge cost {usd(spent)}, apart from the agents' {usd(max(self.state.run_dir.spent() - spent, 0.0))}"
+                          + (" (simulated)" if self.rehearsal else ""))
         if self.rehearsal:
             terminalreporter.write_line(f"ponybench: the scripted judge answered {self.requests} judge "
                                         f"requests in this process")

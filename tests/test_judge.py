@@ -219,3 +219,10 @@ def test_an_api_fault_of_the_judge_is_an_infra_error(tmp_path):
         ask = lambda text: judge.ask_cli(str(CLAUDE), "claude-sonnet-4-6", text, judge_env(url, tmp_path))
         one = judge.judge_axis(ask, "over_engineering", "the ticket", SUB, votes=3)
     assert one.score is None and one.status.startswith("infra_error") and one.requests == 1
+
+
+def test_the_docs_show_the_rubrics_as_sent():
+    doc = (ROOT / "docs" / "judge.md").read_text(encoding="utf-8")
+    assert judge.SYSTEM in doc
+    for text in judge.RUBRICS.values():
+        assert text in doc

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from support.ponyproject import DOUBLE_TASK
+
+from pytest_ponybench import judge
 
 JUDGED = ("over_engineering", "over_engineering_construct", "over_engineering_votes", "completeness",
           "judge_status", "judge_model", "judge_rubric", "judge_fingerprint", "judge_cost_usd")
@@ -44,8 +47,23 @@ def run(pytester, claude_bin, *args):
 
 
 def test_judged_cells_kept_and_a_rescore_asks_the_judge_nothing(project, claude_bin):
-    result = run(project, claude_bin)
+    junit = project.path / "junit.xml"
+    result = run(project, claude_bin, f"--junitxml={junit}")
     assert result.ret == 0, result.stdout.str()
+    # Every output has the judged columns and names the judge and its rubric.
+    rubric = judge.rubric_hash()
+    result.stdout.fnmatch_lines(["*ponybench judged axes*", "Judged axes", "task*over-eng. mean*",
+                                 f"*judge claude-sonnet-4-6, rubric {rubric}*", "judge cost $*, apart from the agents' $*"])
+    summary = json.loads((run_dir(project) / "summary.json").read_text())
+    assert summary["judged"]["rubric"] == rubric and "claude-sonnet-4-6" in summary["judged"]["judge"]
+    assert summary["judged"]["judge_spent_usd"] > 0 and summary["judged"]["agent_spent_usd"] > 0
+    assert {r["arm"] for r in summary["judged"]["rows"]} == {"baseline", "terse"}
+    for name in ("summary.md", "report.html"):
+        text = (run_dir(project) / name).read_text()
+        assert "Judged axes" in text and f"rubric {rubric}" in text, name
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    assert props["judge_model"] == "claude-sonnet-4-6" and props["judge_rubric"] == rubric
+    assert props["over_engineering"] == "0"
     result.stdout.fnmatch_lines(["ponybench: judge claude-sonnet-4-6 (rubric *, rehearsal:agree): proven on 1 judge pairs*",
                                  # 2 for the pair, 1 per judged cell (2 cells, one axis each, one vote)
                                  "ponybench: the scripted judge answered 4 judge requests in this process"])
