@@ -226,3 +226,25 @@ def test_the_docs_show_the_rubrics_as_sent():
     assert judge.SYSTEM in doc
     for text in judge.RUBRICS.values():
         assert text in doc
+
+
+def test_a_spent_budget_leaves_a_cell_not_judged_and_asks_nothing(tmp_path):
+    from types import SimpleNamespace
+
+    from pytest_ponybench import judging
+
+    ws = tmp_path / "cell"
+    ws.mkdir()
+    (ws / "calc.py").write_text("def double(x):\n    return 2 * x\n")
+    state = SimpleNamespace(model_ids={"sonnet": "claude-sonnet-4-6"}, claude="claude", claude_version="2.1.328",
+                            settings=SimpleNamespace(max_cost=1.0, rescore=None, rehearse=False),
+                            run_dir=SimpleNamespace(key=None, read_options=lambda: {}), spent=lambda: 1.0)
+    plugin = judging.JudgePlugin(state, SimpleNamespace(), judging.JudgeSettings(True, "sonnet", 1, ("agree", 0, None)))
+    plugin.proven = True
+    plugin.ask = lambda text: pytest.fail("the judge was asked although the budget is spent")
+    task = load_task(ROOT / "tasks" / "csv_total.yaml", ROOT / "fixtures")
+    cell = SimpleNamespace(task=task, id="c")
+    record = {"status": "finished", "ran": True, "delivered": True, "workspace": str(ws)}
+    fields = plugin.judged(cell, record)
+    assert fields["judge_status"] == "not judged: the run's budget of $1 is spent"
+    assert fields["over_engineering"] is None

@@ -118,3 +118,38 @@ def test_judge_options_are_checked(project, claude_bin):
     bad = run(project, claude_bin, "--ponybench-judge-model=gpt")
     assert bad.ret != 0
     assert "--ponybench-judge-model: unknown model 'gpt'" in bad.stderr.str() + bad.stdout.str()
+
+
+def test_a_malformed_answer_is_asked_again_and_malformed_ones_are_never_zero(project, claude_bin):
+    result = run(project, claude_bin, "--ponybench-rehearse-judge=malformed:1")
+    assert result.ret == 0, result.stdout.str()
+    # The first answer (the proof's) was prose: asked again once; then 2 for the pair's rest and 1 per cell.
+    result.stdout.fnmatch_lines(["*proven on 1 judge pairs (0 remembered, 3 requests*",
+                                 "ponybench: the scripted judge answered 5 judge requests in this process"])
+    assert [r["over_engineering"] for r in results(project)] == [0, 0]
+
+    always = project.runpytest_subprocess(
+        "--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}", "--ponybench-judge",
+        "--ponybench-judge-votes=1", "--ponybench-rehearse-judge=malformed", "--arms=baseline",
+        f"--ponybench-dir={project.path / 'runs2'}", "-p", "no:cacheprovider", timeout=240)
+    assert always.ret == 0, always.stdout.str()
+    always.stdout.fnmatch_lines(["*NOT proven*", "*double (minimal vs over-built, over_engineering): not judged: "
+                                 "not judged: malformed answers (the answer is not one JSON object*"])
+    (record,) = [json.loads(line) for line in next((project.path / "runs2").iterdir()).joinpath("results.jsonl")
+                 .read_text().splitlines()]
+    assert record["over_engineering"] is None and record["judge_status"].startswith("judge unproven")
+
+
+def test_judge_cost_counts_against_the_run_s_budget(project, claude_bin):
+    # Simulated prices (the CLI prices the scripted usage): the proof costs about $0.012, a cell
+    # about $0.004, its judgement about $0.006. With $0.017 the first cell runs and is judged;
+    # without the judge's cost the run would have spent $0.016 and started the second cell.
+    result = run(project, claude_bin, "--ponybench-max-cost=0.017")
+    out = result.stdout.str()
+    spent = {e["cell"]: e["cost_usd"] for e in ledger(project)}
+    agents = sum(cost for cell, cost in spent.items() if not cell.endswith("/judge"))
+    judged = sum(cost for cell, cost in spent.items() if cell.endswith("/judge"))
+    assert agents + spent["proof:double/judge"] < 0.017 <= agents + judged, spent
+    (first,) = results(project)[:1]
+    assert first["judge_status"] == "judged", out
+    assert "1 cells skipped: budget reached" in out
