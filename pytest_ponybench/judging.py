@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ import pytest
 from . import agent, instruments, judge, record as records
 from .rundir import HARNESS_PREFIX, canonical, mac, read_jsonl, read_record, valid_cost, write_atomic, write_record
 
+PROOF_AT_ONCE = 4  # judge pairs proven at once
 PROOF_FILE = f"{HARNESS_PREFIX}.judge-proof.json"  # the run's judge proof, sealed, for every worker
 INI = {
     "ponybench_judge": ("bool", False, "judge every cell on over_engineering and completeness (judge.py)"),
@@ -109,6 +111,39 @@ def judge_spent(run_dir) -> float:
                if str(e.get("cell", "")).endswith(judge.SPEND_SUFFIX))
 
 
+class RehearsalJudge:
+    """A scripted model serving one `rehearsal.JudgeScript` (`script`: rehearsal_judge's
+    tuple), with a private HOME for the CLI; `env` points the judge's CLI at it."""
+
+    def __init__(self, script: tuple):
+        from .rehearsal import CREDENTIAL_VARS, REHEARSAL_KEY, JudgeScript, ScriptedModel
+
+        name, first, fault = script
+        self.home = tempfile.mkdtemp(prefix="ponybench-judge-home-")
+        self.model = ScriptedModel().start()
+        url = self.model.register("judge", JudgeScript(script=name, malformed_first=first, fault=fault))
+        self.env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1",
+                    # a played API error ends at once: the judgement's infra error, not minutes of retries
+                    "CLAUDE_CODE_MAX_RETRIES": "0", "HOME": self.home,
+                    "CLAUDE_CONFIG_DIR": os.path.join(self.home, ".claude"), **{var: "" for var in CREDENTIAL_VARS}}
+
+    @property
+    def requests(self) -> int:
+        return len(self.model.requests("judge"))
+
+    def stop(self) -> None:
+        self.model.stop()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def path_name(script: tuple, rehearsal: bool) -> str:
+    """The judge's path in its fingerprint: "cli", or "rehearsal:<script>..."."""
+    name, first, fault = script
+    if not rehearsal:
+        return "cli"
+    return f"rehearsal:{name}" + (f":malformed-first-{first}" if first else "") + (f":fault-{fault}" if fault else "")
+
+
 class JudgePlugin:
     def __init__(self, state, config, js: JudgeSettings):
         self.state = state
@@ -119,9 +154,7 @@ class JudgePlugin:
         self.proven: bool = False
         self.proof_lines: list[str] = []
         self._fp: str | None = None
-        self._server = None
-        self._home: str | None = None
-        self._url: str | None = None
+        self._server: RehearsalJudge | None = None
 
     def _model_id(self) -> str:
         from .spec import SpecError, resolve_model
@@ -144,10 +177,7 @@ class JudgePlugin:
 
     @property
     def path(self) -> str:
-        script, first, fault = self.js.script
-        if not self.rehearsal:
-            return "cli"
-        return f"rehearsal:{script}" + (f":malformed-first-{first}" if first else "") + (f":fault-{fault}" if fault else "")
+        return path_name(self.js.script, self.rehearsal)
 
     def claude(self) -> str:
         if not self.state.claude:
@@ -173,22 +203,13 @@ class JudgePlugin:
         if not self.rehearsal:
             return {}
         if self._server is None:
-            from .rehearsal import CREDENTIAL_VARS, REHEARSAL_KEY, JudgeScript, ScriptedModel
-
-            script, first, fault = self.js.script
-            self._home = tempfile.mkdtemp(prefix="ponybench-judge-home-")
-            self._server = ScriptedModel().start()
-            self._url = self._server.register("judge", JudgeScript(script=script, malformed_first=first, fault=fault))
-            self._env = {"ANTHROPIC_BASE_URL": self._url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1",
-                         "CLAUDE_CODE_MAX_RETRIES": "0", "HOME": self._home,
-                         "CLAUDE_CONFIG_DIR": os.path.join(self._home, ".claude"),
-                         **{var: "" for var in CREDENTIAL_VARS}}
-        return self._env
+            self._server = RehearsalJudge(self.js.script)
+        return self._server.env
 
     @property
     def requests(self) -> int:
         """Judge requests the scripted judge answered in this process (rehearsal only)."""
-        return len(self._server.requests("judge")) if self._server is not None else 0
+        return self._server.requests if self._server is not None else 0
 
     def ask(self, text: str) -> judge.Reply:
         return judge.ask_cli(self.claude(), self.model_id, text, self.env())
@@ -200,23 +221,31 @@ class JudgePlugin:
         (`stopped`, naming the first pair it got wrong). A pair proven before by this judge
         fingerprint is remembered (instruments' cache), as instrument proofs are."""
         directory = instruments.cache_dir()
-        problems, remembered, asked, cost = [], 0, 0, 0.0
+        jobs, remembered = [], 0
         for task in tasks:
             for pair in judge.pairs_for(task):
                 key = instruments.proof_key("judge", self.fingerprint(), task.prompt, pair.axis,
                                             pair.better.text, pair.worse.text)
                 if instruments._remembered(directory, key):
                     remembered += 1
-                    continue
-                problem, spent, n = judge.prove_pair(self.ask, pair, task.prompt)
-                asked += n
-                cost += spent
-                if self.state.run_dir is not None:
-                    self.state.run_dir.record_spend(f"proof:{task.name}{judge.SPEND_SUFFIX}", spent)
-                if problem:
-                    problems.append(problem)
                 else:
-                    instruments._remember(directory, key)
+                    jobs.append((task, pair, key))
+
+        def prove_one(job):
+            task, pair, key = job
+            problem, spent, n = judge.prove_pair(self.ask, pair, task.prompt)
+            if self.state.run_dir is not None:
+                self.state.run_dir.record_spend(f"proof:{task.name}{judge.SPEND_SUFFIX}", spent)
+            if problem is None:
+                instruments._remember(directory, key)
+            return problem, spent, n
+
+        # Each request mostly waits on the model: a few at once, as the instruments' proofs do.
+        with ThreadPoolExecutor(max_workers=PROOF_AT_ONCE) as pool:
+            done = list(pool.map(prove_one, jobs))
+        problems = [problem for problem, _, _ in done if problem]
+        asked = sum(n for _, _, n in done)
+        cost = sum(spent for _, spent, _ in done)
         total = sum(len(judge.pairs_for(t)) for t in tasks)
         self.proven = not problems
         self.stopped = None if not problems else f"judge unproven: {problems[0]}"
@@ -340,6 +369,8 @@ class JudgePlugin:
                 tr.write_line(line, red=line.startswith("judge") and "NOT proven" in line)
             for line in text_table(table, indent=""):
                 tr.write_line(line)
+            for line in self.calibration_lines(every):
+                tr.write_line(line)
             spent = judge_spent(self.state.run_dir)
             tr.write_line(f"judge cost {usd(spent)}, apart from the agents' {usd(max(self.state.run_dir.spent() - spent, 0.0))}"
                           + (" (simulated)" if self.rehearsal else ""))
@@ -347,12 +378,28 @@ class JudgePlugin:
             terminalreporter.write_line(f"ponybench: the scripted judge answered {self.requests} judge "
                                         f"requests in this process")
 
+    def calibration_lines(self, every) -> list[str]:
+        """What is on record of this run's judge's calibration: may a gate use it?"""
+        from . import calibrate
+
+        out = []
+        for fp in sorted({str(r["judge_fingerprint"]) for r in every if r.get("judge_fingerprint")}):
+            record = calibrate.load_calibration(fp)
+            if record is None:
+                out.append(f"calibration: none on record for judge {fp}: its judged axes cannot gate "
+                           f"(ponybench-calibrate)")
+                continue
+            for axis, f in sorted((record.get("axes") or {}).items()):
+                verdict = "may gate" if calibrate.gate_problem(axis, record) is None else "may NOT gate"
+                out.append(f"calibration of judge {fp} on {axis}: agreement {f.get('agreement')}, Cohen's kappa "
+                           f"{f.get('kappa')}, of the gate's decision {f.get('decision_kappa')} over "
+                           f"{f.get('labels')} labels (floor {calibrate.FLOOR}): {verdict}")
+        return out
+
     def pytest_unconfigure(self, config):
         if self._server is not None:
             self._server.stop()
             self._server = None
-        if self._home:
-            shutil.rmtree(self._home, ignore_errors=True)
 
 
 def register(config, state) -> None:
