@@ -87,6 +87,21 @@ def test_judged_cells_kept_and_a_rescore_asks_the_judge_nothing(project, claude_
     assert [{k: r[k] for k in JUDGED} for r in rescored] == [{k: r[k] for k in JUDGED} for r in made]
     assert all(r["judge_reused"] for r in rescored)
 
+    # Another judge model: judged afresh (its own proof, then each cell), kept beside the first
+    # judgement under its own fingerprint; no figure mixes the two.
+    other = project.runpytest_subprocess(f"--ponybench-rescore={run_dir(project)}", f"--ponybench-claude={claude_bin}",
+                                         "--ponybench-judge", "--ponybench-judge-votes=1",
+                                         "--ponybench-judge-model=opus", "-p", "no:cacheprovider", timeout=240)
+    assert other.ret == 0, other.stdout.str()
+    other.stdout.fnmatch_lines(["ponybench: the scripted judge answered 4 judge requests in this process"])
+    again = results(project)
+    assert {r["judge_model"] for r in again} == {"claude-opus-4-8"}
+    assert {r["judge_fingerprint"] for r in again}.isdisjoint({r["judge_fingerprint"] for r in made})
+    assert not any(r["judge_reused"] for r in again)
+    assert len(sorted(run_dir(project).glob("_ponybench.records/*/judge-*.json"))) == 4
+    summary = json.loads((run_dir(project) / "summary.json").read_text())
+    assert "claude-opus-4-8" in summary["judged"]["judge"] and "MIXED" not in summary["judged"]["judge"]
+
 
 def test_a_judge_ranking_a_pair_wrongly_stops_the_judged_axes_before_any_cell(project, claude_bin):
     result = run(project, claude_bin, "--ponybench-rehearse-judge=disagree")
