@@ -168,3 +168,19 @@ def test_judge_cost_counts_against_the_run_s_budget(project, claude_bin):
     (first,) = results(project)[:1]
     assert first["judge_status"] == "judged", out
     assert "1 cells skipped: budget reached" in out
+
+
+def test_a_resume_reports_kept_judgements_without_asking_again(project, claude_bin):
+    first = run(project, claude_bin, "--arms=baseline")
+    assert first.ret == 0, first.stdout.str()
+    made = results(project)
+    # The same run resumed: its cell is kept, so is its judgement; only the proof is asked again
+    # (the proof cache is off in these tests).
+    again = run(project, claude_bin, "--arms=baseline", f"--ponybench-resume={run_dir(project)}")
+    assert again.ret == 0, again.stdout.str()
+    again.stdout.fnmatch_lines(["ponybench: the scripted judge answered 2 judge requests in this process"])
+    (record,) = results(project)
+    assert record["reused"] and record["judge_reused"]
+    assert {k: record[k] for k in JUDGED} == {k: made[0][k] for k in JUDGED}
+    paid = [e["cell"] for e in ledger(project) if e["cell"] == f"{record['cell']}/judge"]
+    assert paid == [f"{record['cell']}/judge"]  # judged once, never paid twice
