@@ -53,7 +53,9 @@ def test_judged_cells_kept_and_a_rescore_asks_the_judge_nothing(project, claude_
     # Every output has the judged columns and names the judge and its rubric.
     rubric = judge.rubric_hash()
     result.stdout.fnmatch_lines(["*ponybench judged axes*", "Judged axes", "task*over-eng. mean*",
-                                 f"*judge claude-sonnet-4-6, rubric {rubric}*", "judge cost $*, apart from the agents' $*"])
+                                 f"*judge claude-sonnet-4-6, rubric {rubric}*",
+                                 "calibration: none on record for judge *: its judged axes cannot gate (ponybench-calibrate)",
+                                 "judge cost $*, apart from the agents' $*"])
     summary = json.loads((run_dir(project) / "summary.json").read_text())
     assert summary["judged"]["rubric"] == rubric and "claude-sonnet-4-6" in summary["judged"]["judge"]
     assert summary["judged"]["judge_spent_usd"] > 0 and summary["judged"]["agent_spent_usd"] > 0
