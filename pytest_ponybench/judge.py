@@ -35,6 +35,7 @@ import json
 import re
 import statistics
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -308,29 +309,41 @@ class AxisJudgement:
 
 
 def judge_axis(ask, axis: str, ticket: str, sub: Submission, votes: int = DEFAULT_VOTES) -> AxisJudgement:
-    """`votes` answers on one axis (each asked again once when malformed); the median of the
-    valid ones. An API failure of any request ends the axis as an infra error, not judged."""
+    """`votes` answers on one axis, asked at once (each asked again once when malformed); the
+    median of the valid ones. An API failure of any request ends the axis as an infra error,
+    not judged."""
     out = AxisJudgement(axis)
     text = prompt(axis, ticket, sub)
-    valid: list[Vote] = []
-    problem = ""
-    for _ in range(votes):
-        vote = None
+
+    def one_vote(_):
+        """(vote or None, problem, infra error or "", requests, cost) of one vote."""
+        requests, cost, problem = 0, 0.0, ""
         for _try in range(1 + RETRIES):
             reply = ask(text)
-            out.requests += 1
-            out.cost_usd += reply.cost_usd
+            requests += 1
+            cost += reply.cost_usd
             if reply.status != "finished":
-                out.status = f"infra_error: {reply.error or reply.status}"[:300]
-                out.votes.append(None)
-                return _settle(out, valid)
+                return None, "", f"infra_error: {reply.error or reply.status}"[:300], requests, cost
             vote, problem = parse_answer(axis, reply.text)
             if vote is not None:
-                break
+                return vote, "", "", requests, cost
+        return None, problem, "", requests, cost
+
+    # Each request mostly waits on the model: the votes of an axis go out together.
+    with ThreadPoolExecutor(max_workers=votes) as pool:
+        results = list(pool.map(one_vote, range(votes)))
+    valid: list[Vote] = []
+    problem = ""
+    for vote, why, infra, requests, cost in results:
+        out.requests += requests
+        out.cost_usd += cost
         out.votes.append(vote.score if vote else None)
         if vote is not None:
             valid.append(vote)
-    if not valid:
+        problem = problem or why
+        if infra and out.status == JUDGE_STATUS_OK:
+            out.status = infra
+    if out.status == JUDGE_STATUS_OK and not valid:
         out.status = f"not judged: malformed answers ({problem})"[:300]
     return _settle(out, valid)
 
