@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +156,7 @@ class JudgePlugin:
         self.proof_lines: list[str] = []
         self._fp: str | None = None
         self._server: RehearsalJudge | None = None
+        self._lock = threading.Lock()
 
     def _model_id(self) -> str:
         from .spec import SpecError, resolve_model
@@ -202,8 +204,9 @@ class JudgePlugin:
     def env(self) -> dict[str, str]:
         if not self.rehearsal:
             return {}
-        if self._server is None:
-            self._server = RehearsalJudge(self.js.script)
+        with self._lock:  # the proof's pairs and a cell's votes ask from several threads
+            if self._server is None:
+                self._server = RehearsalJudge(self.js.script)
         return self._server.env
 
     @property
