@@ -384,6 +384,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-loc-increase", type=percent, metavar="PERCENT",
                    help="fail when LOC rose by more than PERCENT and the rise's interval "
                         "excludes zero")
+    from .judge_gates import add_arguments as add_judged_gates  # the judged axes' gates (judge_gates.py)
+
+    add_judged_gates(g)
     unevaluated = g.add_mutually_exclusive_group()
     unevaluated.add_argument("--allow-unevaluated", action="store_true",
                              help="let a gate that cannot be evaluated (too few runs or "
@@ -417,7 +420,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     print(format_comparison(comparison, gates, allow_unevaluated=args.allow_unevaluated), end="")
-    return 1 if check_gates(comparison, gates, allow_unevaluated=args.allow_unevaluated) else 0
+    from . import judge_gates
+
+    judged_failed, judged_unevaluated = judge_gates.evaluate(
+        load_records(args.old_run), load_records(args.new_run), args.max_over_engineering_increase,
+        args.max_incomplete_rate, args.judge_calibration)
+    for title, found in (("Judged gates failed", judged_failed), ("Judged gates not evaluated", judged_unevaluated)):
+        if found:
+            print(f"{title}:\n" + "".join(f"  - {line}\n" for line in found), end="")
+    judged_bad = judged_failed + ([] if args.allow_unevaluated else judged_unevaluated)
+    return 1 if check_gates(comparison, gates, allow_unevaluated=args.allow_unevaluated) or judged_bad else 0
 
 
 if __name__ == "__main__":

@@ -128,6 +128,11 @@ class Gathering:
             # Per task x arm: each failed cell's one-line reason, the most frequent first.
             "failures": tables.failure_rows(every),
         }
+        from . import judge_report  # the judged columns, when the run was judged (--ponybench-judge)
+
+        judged = judge_report.summary(every, reference, self.run_dir)
+        if judged is not None:
+            data["judged"] = judged
         write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
         from . import report  # numpy: only when a report is written, never when pytest loads the plugin
 

@@ -125,6 +125,11 @@ def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats
         if lines:
             body.append(f'<h2>{title}</h2>\n<ul id="{list_id}">'
                         + "".join(f"<li>{inline_code(line)}</li>" for line in lines) + "</ul>")
+    from .judge_report import table as judged_table  # --ponybench-judge's columns
+
+    judged = judged_table(records, reference)
+    if judged is not None:
+        body.append(html_table(judged, "judged"))
     if arm_stats.note:
         body.append(f"<h2>Arms against <code>{html.escape(reference)}</code></h2>"
                     f"<p>{inline_code(arm_stats.note)}.</p>")

@@ -44,6 +44,11 @@ def build_markdown(run_dir: Path, records: Sequence[dict], reference: str,
     activity = activity_lines(records)
     if activity:
         parts.append("## What the arms made the agent do\n\n" + "\n".join(f"- {line}" for line in activity) + "\n")
+    from .judge_report import table as judged_table  # --ponybench-judge's columns
+
+    judged = judged_table(records, reference)
+    if judged is not None:
+        parts.append(markdown_table(judged))
     if arm_stats.note:
         parts.append(f"## Arms against `{reference}`\n\n{arm_stats.note}.\n")
     else:

@@ -229,6 +229,9 @@ def addoption(parser) -> None:
     add_storage_options(group)
     add_library_options(group)
     add_ini(parser)
+    from . import judging  # the judge's options live with it
+
+    judging.add_options(group, parser)
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,9 @@ def pytest_configure(config):
 
         config.pluginmanager.register(HookProof(state.arms, settings.arms_dir), "ponybench-hook-proof")
     rounds.register(state, config)  # --ponybench-plan, --ponybench-until-decided (after the controller: its gate comes later)
+    from . import judging  # --ponybench-judge: judged axes on every cell (judging.py)
+
+    judging.register(config, state)
     # pytest's default SIGTERM handling skips `finally` blocks; make SIGTERM an interrupt so
     # every agent process tree is killed on the way out.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urlsplit
 
-__all__ = ["CellScript", "ScriptedModel", "prove_arm"]
+__all__ = ["CellScript", "JudgeScript", "ScriptedModel", "prove_arm"]
 
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
@@ -75,6 +75,25 @@ class CellScript:
             "cache_read_input_tokens": self.cache_read_input_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
         }
+
+
+@dataclass
+class JudgeScript(CellScript):
+    """The scripted judge (judge.py): every /v1/messages request under its key is answered
+    with ``judge.scripted_answer`` of the request's text, whatever its tools. ``script`` is
+    "agree", "disagree" or "malformed"; ``malformed_first`` answers the first N requests
+    with prose before following ``script`` (a malformed answer the judge asks again);
+    ``fault`` plays an API fault as for a cell."""
+
+    script: str = "agree"
+    malformed_first: int = 0
+
+    def reply(self, body: dict, number: int) -> str:
+        from .judge import scripted_answer
+
+        if number <= self.malformed_first:
+            return scripted_answer("", "malformed")
+        return scripted_answer("\n".join(_message_texts(body)), self.script)
 
 
 # The error type the Messages API names for each status a fault can answer with.
@@ -296,6 +315,7 @@ class ScriptedModel:
                 return {"input_tokens": cell.script.input_tokens}
             cell.bodies.append(body)
             cell.messages += 1
+            number = cell.messages
             script = cell.script
             fault = script.fault if script.fault is not None and script.fault.applies(cell.messages) else None
         model = body.get("model") if isinstance(body.get("model"), str) else "unknown"
@@ -306,7 +326,11 @@ class ScriptedModel:
         stall = FAULT_STALL_SECONDS if fault is not None and fault.kind == "stall" else script.stall_seconds
         if body.get("tools") and stall > 0:
             self._stopping.wait(stall)
-        if body.get("tools"):
+        if isinstance(script, JudgeScript):  # a judge request: no tools, one answer
+            blocks = [{"type": "text", "text": script.reply(body, number)}]
+            stop = "end_turn"
+            usage = script.usage()
+        elif body.get("tools"):
             turn = _count_assistant_turns(body)
             if turn < len(script.tool_calls):
                 name, tool_input = script.tool_calls[turn]

@@ -1,0 +1,142 @@
+"""Calibration (calibrate.py) and the judged gates of ponybench-compare (judge_gates.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_ponybench import calibrate, compare, judge
+
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = ROOT / "tests" / "judge_labels.yaml"
+
+
+def scripted(script):
+    return lambda text: judge.Reply("finished", judge.scripted_answer(text, script), 0.001)
+
+
+def test_cohen_kappa_by_hand():
+    # observed 3/4; chance (2*1 + 2*3) / 16 = 1/2; kappa (3/4 - 1/2) / (1/2) = 1/2
+    assert calibrate.cohen_kappa([(1, 1), (0, 0), (1, 0), (0, 0)]) == pytest.approx(0.5)
+    assert calibrate.cohen_kappa([(2, 2), (2, 2)]) == 1.0
+    assert calibrate.cohen_kappa([(0, 1), (1, 0)]) == pytest.approx(-1.0)
+    assert calibrate.cohen_kappa([]) is None
+
+
+@pytest.fixture(scope="module")
+def items():
+    return calibrate.load_labels(LABELS, ROOT / "tasks", ROOT / "fixtures")
+
+
+def test_the_shipped_labelled_set_has_enough_labels_per_axis(items):
+    for axis in judge.AXES:
+        assert sum(1 for item in items if axis in item.labels) >= calibrate.MIN_LABELS
+    assert {item.variant for item in items} == set(calibrate.VARIANTS)
+
+
+def test_an_agreeing_judge_passes_the_floor_and_a_disagreeing_one_does_not(items):
+    good = calibrate.calibrate(scripted("agree"), items)
+    assert all(good[axis]["passes_floor"] for axis in judge.AXES), good
+    bad = calibrate.calibrate(scripted("disagree"), items)
+    assert not any(bad[axis]["passes_floor"] for axis in judge.AXES), bad
+    assert bad["over_engineering"]["decision_kappa"] < calibrate.FLOOR
+    prose = calibrate.calibrate(scripted("malformed"), items[:6])
+    assert prose["completeness"]["judged"] == 0 and not prose["completeness"]["passes_floor"]
+
+
+@pytest.mark.parametrize("entry, words", [
+    ("{task: csv_total, variant: odd, over_engineering: 1}", "field 'variant'"),
+    ("{task: csv_total, variant: good, over_engineering: 4}", "field 'over_engineering'"),
+    ("{task: csv_total, variant: good, colour: 1}", "unknown field 'colour'"),
+    ("{task: no_such_task, variant: good}", "task 'no_such_task'"),
+])
+def test_a_bad_label_names_the_file_the_entry_and_the_field(tmp_path, entry, words):
+    path = tmp_path / "labels.yaml"
+    path.write_text(f"labels:\n  - {entry}\n")
+    with pytest.raises(ValueError) as error:
+        calibrate.load_labels(path, ROOT / "tasks", ROOT / "fixtures")
+    assert str(path) in str(error.value) and "labels[0]" in str(error.value) and words in str(error.value)
+
+
+# --------------------------------------------------------------------------- the judged gates
+
+def judged(task, arm, oe, co, fp="fp1", model="haiku", run=0):
+    return dict(cell=f"{task}__{arm}__{model}__{run}", task=task, arm=arm, model=model, run=run, correct=1, safe=1,
+                passed=True, status="finished", ran=True, total_loc=10, cost_usd=0.1, over_engineering=oe,
+                completeness=co, judge_fingerprint=fp, judge_status="judged")
+
+
+def write(path, records):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def calibration(tmp_path, items, script, fp="fp1"):
+    result = calibrate.calibrate(scripted(script), items)
+    path = tmp_path / f"calibration-{script}.json"
+    path.write_text(json.dumps({"fingerprint": fp, "axes": result}))
+    return path
+
+
+OLD = [judged(t, "terse", 0, 3, run=r) for t in ("t1", "t2") for r in range(2)]
+NEW = [judged(t, "terse", 2, 1, run=r) for t in ("t1", "t2") for r in range(2)]
+
+
+def test_a_calibrated_judge_gates(tmp_path, items):
+    cal = calibration(tmp_path, items, "agree")
+    from pytest_ponybench.judge_gates import evaluate
+
+    failures, unevaluated = evaluate(OLD, NEW, 1.0, 0.5, cal)
+    assert unevaluated == []
+    assert any("over_engineering rose by +2.00 points over 2 tasks" in f for f in failures)
+    assert any("100% of 4 judged cells are incomplete" in f for f in failures)
+    assert evaluate(OLD, OLD, 1.0, 0.5, cal) == ([], [])
+
+
+def test_a_judge_below_the_floor_or_uncalibrated_cannot_gate(tmp_path, items):
+    from pytest_ponybench.judge_gates import evaluate
+
+    below = calibration(tmp_path, items, "disagree")
+    failures, unevaluated = evaluate(OLD, NEW, 1.0, 0.5, below)
+    assert failures == [] and len(unevaluated) == 2
+    assert all("below the floor" in line for line in unevaluated)
+    _, unevaluated = evaluate(OLD, NEW, 1.0, None, tmp_path / "none.json")
+    assert unevaluated == ["over_engineering gate not evaluated: judge fp1: the judge has no calibration on record "
+                           "(run ponybench-calibrate with the same judge model and CLI)"]
+    _, unevaluated = evaluate(OLD, NEW + [judged("t3", "terse", 0, 3, fp="fp2")], 1.0, None, below)
+    assert "cells name 2 judges (fp1, fp2)" in unevaluated[0]
+    cal = calibration(tmp_path, items, "agree")
+    _, unevaluated = evaluate([dict(r, judge_fingerprint="fp0") for r in OLD], NEW, 1.0, None, cal)
+    assert "the old run was judged by fp0, the new by fp1" in unevaluated[0]
+
+
+def test_compare_fails_on_a_judged_gate_and_on_an_unevaluated_one(tmp_path, items, capsys):
+    old, new = write(tmp_path / "old", OLD), write(tmp_path / "new", NEW)
+    cal = calibration(tmp_path, items, "agree")
+    assert compare.main([str(old), str(new)]) == 0  # no judged gate asked for
+    assert compare.main([str(old), str(new), "--max-incomplete-rate=0.5", f"--judge-calibration={cal}"]) == 1
+    assert "Judged gates failed" in capsys.readouterr().out
+    assert compare.main([str(old), str(old), "--max-incomplete-rate=0.5", f"--judge-calibration={cal}"]) == 0
+    below = calibration(tmp_path, items, "disagree")
+    assert compare.main([str(old), str(old), "--max-incomplete-rate=0.5", f"--judge-calibration={below}"]) == 1
+    assert "Judged gates not evaluated" in capsys.readouterr().out
+    assert compare.main([str(old), str(old), "--max-incomplete-rate=0.5", f"--judge-calibration={below}",
+                         "--allow-unevaluated"]) == 0
+
+
+def test_calibrate_through_the_pinned_cli_records_by_fingerprint(tmp_path, claude_bin, capsys):
+    labels = tmp_path / "labels.yaml"
+    labels.write_text("labels:\n  - {task: csv_total, variant: good, over_engineering: 0}\n"
+                      "  - {task: csv_total, variant: over_built, over_engineering: 3}\n")
+    out = tmp_path / "calibration.json"
+    code = calibrate.main(["--labels", str(labels), "--tasks", str(ROOT / "tasks"), "--fixtures", str(ROOT / "fixtures"),
+                           "--claude", claude_bin, "--rehearse", "agree", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "over_engineering: 2 of 2 labels judged; agreement 1.0" in printed
+    assert "may NOT gate" in printed  # 2 labels: fewer than the 40 a kappa needs
+    record = json.loads(out.read_text())
+    assert record["rubric"] == judge.rubric_hash() and record["axes"]["over_engineering"]["labels"] == 2
+    assert calibrate.gate_problem("over_engineering", record).startswith("its calibration has 2 labels")
