@@ -486,6 +486,16 @@ def judge(outcome: RunOutcome, t: Transcript, stderr: Path, timeout: float) -> t
     return records.BAD_OUTPUT, "the CLI exited without printing a result line"
 
 
+BUDGET_SUBTYPE = "error_max_budget_usd"  # the result line's subtype when --max-budget-usd stopped the CLI
+
+
+def stopped_at_budget(t: Transcript) -> bool:
+    """Whether the CLI ended because it reached its --max-budget-usd (measured with 2.1.328:
+    `subtype: error_max_budget_usd`, `terminal_reason: budget_exhausted`, `is_error: true`)."""
+    result = t.result or {}
+    return result.get("subtype") == BUDGET_SUBTYPE or result.get("terminal_reason") == "budget_exhausted"
+
+
 # --------------------------------------------------------------------------- what the agent did
 
 EDIT_TOOLS = tuple(WRITE_TOOLS)

@@ -59,6 +59,9 @@ class CellContext:
     hook: object  # config.hook: pytest_ponybench_agent_env and _prove_arm (hookspec.py)
     rehearsal: bool = False  # the scripted model plays the agent: say so in every record
     max_budget_usd: float | None = None  # passed to the CLI as --max-budget-usd
+    # max_budget_usd is what was left of the run's budget, below the per-cell cap: a CLI that
+    # stops there was cut by the run's budget (budget_cut), not by a cap the arm ran under.
+    run_cut: bool = False
     confine: bool = False  # run the agent under bubblewrap: only its workspace writable
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
     retries: int = 2  # runs again of a cell that ended as infra_error
@@ -110,8 +113,9 @@ def finished_record(ws: Path, run_dir: RunDir, move: bool = True) -> dict | None
     if not ws.is_dir() or ws.is_symlink() or result_problem(ws, run_dir) is not None:
         return None
     record = _read(ws, RESULT, run_dir.key)
-    if record.get("status") in records.INFRA:
-        # The API failed it: run it again, keeping the failed (paid) workspace as an attempt.
+    if record.get("status") in records.INFRA | records.CUT:
+        # The API failed it, or the run's budget cut it: run it again, keeping the failed
+        # (paid) workspace as an attempt.
         if move:
             move_cell(ws, next_attempt_dir(ws))
         return None
@@ -232,6 +236,8 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
         else:
             status = records.WRONG_ARM
         error = wrong or ""
+    if status == records.CLI_ERROR and ctx.run_cut and agent.stopped_at_budget(transcript):
+        status, error = records.BUDGET_CUT, budget_cut_error(ctx)
     cost = agent.usage_metrics(transcript)["cost_usd"]
     ran = {"status": status, "error": error, "rehearsal": ctx.rehearsal,
            "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
@@ -244,6 +250,12 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     # resume pay for this cell again, never hide what it cost. A failed attempt's cost stays.
     ctx.run_dir.record_spend(cell.id, valid_cost(cost))  # a negative or NaN cost is no spend to subtract
     return ran
+
+
+def budget_cut_error(ctx: CellContext) -> str:
+    """The one sentence of a cell the run's budget cut short."""
+    return (f"the run's budget cut this cell: the CLI stopped at --max-budget-usd ${ctx.max_budget_usd:g}, what was "
+            f"left of --ponybench-max-cost ${ctx.max_cost:g}; a resume runs it again")
 
 
 def finish(cell: Cell, ws: Path, key: bytes | None = None) -> dict:

@@ -230,9 +230,10 @@ class CellItem(_PlainFailure, pytest.Item):
         fatal = agent.auth_failure(record)
         if fatal:  # every later cell would fail the same way: stop before the next one
             self.session.shouldstop = fatal
-        if records.is_infra(record):
-            # The model API failed, not the agent: neither a pass nor a failure of the arm.
-            pytest.skip(f"{records.INFRA_ERROR}: {record['error']}")
+        if records.skipped_apart(record):
+            # The model API failed, the run's budget cut the cell or an instrument failed, not
+            # the agent: neither a pass nor a failure of the arm.
+            pytest.skip(f"{records.status_of(record)}: {record['error']}")
         if not record["passed"]:
             raise CellFailed(record["failure"])
 

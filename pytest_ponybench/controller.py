@@ -118,12 +118,16 @@ class Gathering:
             "spent_usd": round(self.run_dir.spent(), 6),
             "reference": reference,
             "statuses": {"measured": sorted(records.MEASURED), "never_ran": sorted(records.NEVER_RAN),
-                         "infra": sorted(records.INFRA)},
+                         "infra": sorted(records.INFRA), "budget_cut": sorted(records.CUT),
+                         "instrument": sorted(records.INSTRUMENT)},
             "rows": summary.aggregate(every),
             # Per arm x model: infra errors (left out of every rate) and retries; what the arms
             # made the agent do. The same builders as the terminal, summary.md and report.html.
             "infra_errors": records.infra_share(every)[0],
             "infra": tables.infra_rows(every),
+            # Cells the run's budget cut or an instrument failed: named, left out of every rate.
+            "budget_cut": sum(1 for r in every if records.is_budget_cut(r)),
+            "apart": tables.apart_rows(every),
             "activity": tables.activity_rows(every),
             # Per task x arm: each failed cell's one-line reason, the most frequent first.
             "failures": tables.failure_rows(every),
@@ -447,6 +451,8 @@ class Controller:
         for line in tables.infra_lines(every):
             loud = line.startswith("WARNING")
             tr.write_line(line, red=loud, bold=loud, yellow=not loud)
+        for line in tables.apart_lines(every):
+            tr.write_line(line, yellow=True)
         for line in tables.activity_lines(every):
             tr.write_line(line)
         if self.gathering.mode != "rescore":  # a rescore proves nothing anew
@@ -465,7 +471,7 @@ def arm_proof_lines(every: list[dict]) -> list[str]:
     by the cells' hook events (proof.py). Cells the API failed are not counted either way."""
     lines = []
     for arm in sorted({r["arm"] for r in every}):
-        cells = [r for r in every if r["arm"] == arm and not records.is_infra(r)]
+        cells = [r for r in every if r["arm"] == arm and not records.skipped_apart(r)]
         unproven = [r for r in cells if r.get("status") == records.ARM_UNPROVEN]
         checked = [r for r in cells if r.get("status") in (records.FINISHED, records.ARM_UNPROVEN)]
         if unproven:

@@ -1,0 +1,99 @@
+"""Truth at the edges, and what the session survives (issue 20, parts 5 and 6).
+
+- A cell the run's budget cut short (`--ponybench-max-cost`: the last cell under the cap gets
+  what is left as the CLI's `--max-budget-usd`, and the CLI stops there) is `budget_cut`: left
+  out of every rate, named apart, run again by a resume; a cell stopped by the per-cell cap
+  (`--ponybench-max-cell-cost`), which every cell ran under alike, stays a failed run.
+- An imported grader whose own pattern does not finish over a bounded text is the
+  instrument's failure (`instrument_error`), named as such, never a timeout of the agent.
+- A disk that fills, a worker killed by its cell, a results file turned to garbage: the run
+  goes on or stops with one sentence, keeping every finished record and every dollar spent.
+
+The budget tests run the real, pinned CLI against the scripted model (a rehearsal cell costs
+what the CLI computes from the scripted usage at list price: $0.0039 a cell, $0.00195 after
+its first turn, measured with 2.1.328).
+"""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from support.benchproc import ADD_TASK, bench_args, by_cell, only_run_dir, results, run, summary, write_project
+
+CELL = "add__baseline__haiku__{}".format
+REHEARSAL_CELL_COST = 0.0039  # the whole rehearsal cell (two turns)
+
+
+def ledger(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "_ponybench.spend.jsonl").read_text().splitlines()]
+
+
+def junit_cases(path) -> dict[str, dict]:
+    cases = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        skipped = case.find("skipped")
+        failed = case.find("failure")
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        cases[case.get("name")] = {"skipped": None if skipped is None else skipped.get("message"),
+                                   "failed": failed is not None, "status": props.get("status")}
+    return cases
+
+
+def rehearse(root, claude_bin, *extra):
+    return run(root, bench_args(root, "--ponybench-rehearse", *extra, claude=claude_bin))
+
+
+def test_a_cell_the_run_s_budget_cut_is_left_out_of_the_rates_named_and_run_again_by_a_resume(tmp_path, claude_bin):
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    # Cell 0 runs with $0.005 and finishes ($0.0039); cell 1 gets the $0.0011 left, and the CLI
+    # stops after its first turn; cell 2 never starts (the budget is reached).
+    done = rehearse(root, claude_bin, "--runs=3", "--ponybench-max-cost=0.005", f"--junitxml={root / 'junit.xml'}")
+    out = done.stdout
+    run_dir = only_run_dir(root)
+    records = by_cell(results(run_dir))
+    assert records[CELL(0)]["status"] == "finished" and records[CELL(0)]["cost_usd"] == pytest.approx(REHEARSAL_CELL_COST)
+    cut = records[CELL(1)]
+    assert cut["status"] == "budget_cut", cut
+    assert "the run's budget cut this cell" in cut["error"] and "$0.0011" in cut["error"], cut["error"]
+    assert CELL(2) not in records
+    # Every dollar spent is on the ledger, the cut cell's included.
+    assert [line["cell"] for line in ledger(run_dir)] == [CELL(0), CELL(1)]
+
+    # The rates count only cell 0; the cut cell is named apart everywhere, never a failure.
+    data = summary(run_dir)
+    (row,) = data["rows"]
+    assert row["n"] == 1 and row["correct_rate"] == 1.0 and row["left_out"] == {"budget_cut": 1}, row
+    assert data["budget_cut"] == 1 and [a["cell"] for a in data["apart"]] == [CELL(1)]
+    assert data["failures"] == [] and "budget_cut" in data["statuses"]["budget_cut"]
+    assert f"cut by the run's budget: {CELL(1)}" in out, out[-3000:]
+    assert "1 passed, 2 skipped" in out and "FAILED" not in out, out[-2000:]
+    md = (run_dir / "summary.md").read_text()
+    assert "## Left out by the harness" in md and CELL(1) in md and "Why cells failed" not in md
+    assert CELL(1) in (run_dir / "report.html").read_text().split('id="apart"')[1].split("</ul>")[0]
+    cases = junit_cases(root / "junit.xml")
+    assert cases[CELL(1)]["skipped"].startswith("budget_cut: the run's budget cut this cell")
+    assert cases[CELL(1)]["status"] == "budget_cut" and not cases[CELL(1)]["failed"]
+    assert done.returncode == 0, out[-3000:]
+
+    # A resume with more budget runs the cut cell again (its paid workspace kept as an attempt)
+    # and cell 2; cell 0 is reported from the kept run.
+    again = rehearse(root, claude_bin, "--runs=3", "--ponybench-max-cost=1", f"--ponybench-resume={run_dir}")
+    assert again.returncode == 0, again.stdout[-3000:]
+    records = by_cell(results(run_dir))
+    assert all(records[CELL(i)]["status"] == "finished" and records[CELL(i)]["passed"] for i in range(3))
+    assert records[CELL(0)]["reused"] and not records[CELL(1)]["reused"]
+    assert (run_dir / f"{CELL(1)}.attempt-1").is_dir()
+    assert summary(run_dir)["rows"][0]["n"] == 3 and summary(run_dir)["budget_cut"] == 0
+
+
+def test_a_cell_stopped_by_the_per_cell_cap_stays_a_failed_run_of_its_arm(tmp_path, claude_bin):
+    # The per-cell cap is a condition every cell runs under alike: an arm that needs more than
+    # it fails, even when the run's budget is also set (and far from spent).
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    done = rehearse(root, claude_bin, "--ponybench-max-cell-cost=0.0001", "--ponybench-max-cost=1")
+    (record,) = results(only_run_dir(root))
+    assert record["status"] == "cli_error" and "error_max_budget_usd" in record["error"], record
+    assert done.returncode == 1 and "1 failed" in done.stdout
+    (row,) = summary(only_run_dir(root))["rows"]
+    assert row["n"] == 1 and row["correct_rate"] == 0.0
