@@ -295,6 +295,9 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
         # What an agent left behind when it never ran properly does not count as its answer.
         verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
                     for axis in measured_axes(task)}
+    broken = [v for v in verdicts.values() if v.instrument]
+    if broken:  # the harness's instrument failed, not the agent: left out of the rates, named
+        record.update(status=records.INSTRUMENT_ERROR, error=f"instrument error: {broken[0].reason}")
     for axis in records.AXES:
         if axis in verdicts:
             record[axis], record[f"{axis}_reason"] = int(verdicts[axis].ok), verdicts[axis].reason
@@ -351,6 +354,8 @@ def reference_workspace(task: TaskSpec) -> Path | None:
 
 def failure_line(record: dict) -> str | None:
     """None when the cell passes; else one line saying which gate failed and why."""
+    if record["status"] == records.INSTRUMENT_ERROR:
+        return record["error"]
     if not record["ran"]:
         return f"agent never ran properly ({record['status']}): {record['error']}"
     if record.get("escaped"):

@@ -21,6 +21,10 @@ import xml.etree.ElementTree as ET
 import pytest
 from support.benchproc import ADD_TASK, bench_args, by_cell, only_run_dir, results, run, summary, write_project
 
+from pytest_ponybench import cell, checks, graders, plugin_evals, record as records, summary as summaries, tables, workspace
+from pytest_ponybench.rundir import write_record
+from pytest_ponybench.spec import ArmSpec
+
 CELL = "add__baseline__haiku__{}".format
 REHEARSAL_CELL_COST = 0.0039  # the whole rehearsal cell (two turns)
 
@@ -97,3 +101,80 @@ def test_a_cell_stopped_by_the_per_cell_cap_stays_a_failed_run_of_its_arm(tmp_pa
     assert done.returncode == 1 and "1 failed" in done.stdout
     (row,) = summary(only_run_dir(root))["rows"]
     assert row["n"] == 1 and row["correct_rate"] == 0.0
+
+
+# --------------------------------------------------------------------------- the instrument's own pattern
+
+CATASTROPHIC = "^(a+)+$"  # exponential over a run of a's that ends in something else
+GRADE_TIMEOUT = 2.0  # the check's time here; an imported case has 30 s (bench/grader_search.py)
+
+
+def graded_workspace(tmp_path, answer: str):
+    """A kept workspace whose transcript ends with `answer` (what a regex grader reads)."""
+    ws = tmp_path / "case__baseline__haiku__0"
+    ws.mkdir()
+    lines = [{"type": "system", "subtype": "init", "cwd": str(ws)},
+             {"type": "assistant", "message": {"id": "m", "content": [{"type": "text", "text": answer}]}},
+             {"type": "result", "subtype": "success", "result": answer}]
+    (ws / workspace.TRANSCRIPT).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return ws
+
+
+def grade(ws, code: str) -> checks.Verdict:
+    return checks.run_checks({"correct": code}, ws, None, GRADE_TIMEOUT, transcript=ws / workspace.TRANSCRIPT)["correct"]
+
+
+def test_a_grader_whose_own_pattern_backtracks_is_an_instrument_error_not_the_agent_s_timeout(tmp_path):
+    ws = graded_workspace(tmp_path, "a" * 40 + "!")  # a short, ordinary answer
+    code = graders.check_code([{"name": "all-a", "type": "regex", "pattern": CATASTROPHIC}])
+    verdict = grade(ws, code)
+    assert verdict.instrument and not verdict.ok, verdict
+    assert verdict.reason.startswith(f"the grader all-a's own pattern /{CATASTROPHIC}/ did not finish over 41 "
+                                     "characters of the last message within the check's 2 s"), verdict.reason
+    assert "timed out" not in verdict.reason
+
+
+def test_a_slow_search_over_a_long_text_of_the_agent_s_stays_the_cell_s_timeout(tmp_path):
+    # Over a long text an agent could make even a sane pattern slow: not provably the pattern's.
+    ws = graded_workspace(tmp_path, "a" * (graders.SHORT_TEXT + 1) + "!")
+    verdict = grade(ws, graders.check_code([{"name": "all-a", "type": "regex", "pattern": CATASTROPHIC}]))
+    assert not verdict.instrument and verdict.reason.startswith("correct check timed out after 2 s"), verdict
+
+
+def test_agent_code_that_prints_the_grader_s_mark_and_loops_is_still_the_agent_s_timeout(tmp_path):
+    # A task check runs the agent's code, which could print the mark to pass its own loop off
+    # as the instrument's: only a check that is exactly the graders' code is believed.
+    ws = graded_workspace(tmp_path, "done")
+    (ws / "evil.py").write_text(
+        "import os, json\n"
+        f"os.write(2, ('\\n{graders.SEARCH_MARK}' + json.dumps({{'name': 'g', 'pattern': 'x', 'chars': 1, "
+        "'where': 'the last message'}) + '\\n').encode())\n"
+        "while True:\n    pass\n")
+    verdict = grade(ws, "import evil\n")
+    assert not verdict.instrument and verdict.reason.startswith("correct check timed out"), verdict
+    # Nor does graders' code with anything more in it.
+    code = graders.check_code([{"name": "all-a", "type": "regex", "pattern": CATASTROPHIC}]) + "import evil\n"
+    assert not graders.is_check_code(code)
+
+
+def test_a_cell_whose_grader_backtracks_is_left_out_of_the_rates_and_named(tmp_path):
+    from dataclasses import replace
+
+    evals = tmp_path / "evals" / "all-a"
+    evals.mkdir(parents=True)
+    (evals / "prompt.md").write_text("Say a lot of a.\n")
+    (evals / "case.yaml").write_text(json.dumps({"graders": [{"name": "all-a", "type": "regex", "pattern": CATASTROPHIC}]}))
+    task = replace(plugin_evals.load_case(evals, "tidy").task, check_timeout=GRADE_TIMEOUT)
+    c = cell.Cell(task, ArmSpec(name="baseline", path=None), "haiku", "claude-haiku-4-5-20251001", 0)
+    ws = graded_workspace(tmp_path, "a" * 40 + "!")
+    ws = ws.rename(tmp_path / c.id)
+    write_record(ws, cell.AGENT_RECORD, {"status": "finished", "error": ""}, None)
+    record = cell.score_cell(c, ws)
+    assert record["status"] == "instrument_error" and not records.is_measured(record), record
+    assert record["error"].startswith("instrument error: the grader all-a's own pattern"), record["error"]
+    assert record["failure"] == record["error"]
+    (row,) = summaries.aggregate([record])
+    assert row["correct_rate"] is None and row["left_out"] == {"instrument_error": 1}
+    assert tables.apart_lines([record]) == [f"instrument error: {c.id} (arm `baseline` · haiku) left out of every "
+                                            f"rate: {record['error'][:tables.FAILURE_EXCERPT]}"]
+    assert tables.failure_rows([record]) == []
