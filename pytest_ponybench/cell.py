@@ -245,10 +245,14 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
            "plugin_dir": plugin_dir, "argv": argv, "cost_usd": cost,
            "api_error_status": agent.api_error_status(transcript),
            "rate_limited": agent.saw_rate_limit(transcript)}
-    write_record(ws, AGENT_RECORD, ran, key)
-    # The spend is on the ledger before the result exists: a kill between the two can make a
-    # resume pay for this cell again, never hide what it cost. A failed attempt's cost stays.
-    ctx.run_dir.record_spend(cell.id, valid_cost(cost))  # a negative or NaN cost is no spend to subtract
+    # The spend is on the ledger before anything else is written: a kill or a full disk
+    # between it and the result can make a resume pay for this cell again, never hide what it
+    # cost (the ledger keeps room allocated for its next lines). A failed attempt's cost stays.
+    try:
+        ctx.run_dir.record_spend(cell.id, valid_cost(cost))  # a negative or NaN cost is no spend to subtract
+        write_record(ws, AGENT_RECORD, ran, key)
+    finally:
+        agent.release_transcript(ws / workspace.TRANSCRIPT)
     return ran
 
 

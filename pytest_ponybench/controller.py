@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from . import agent, cell as cells, fleet, instruments, library, progress, record as records, summary, tables
-from .rundir import (KEY_INPUT, NotARunDir, RunDir, append_line, cost_history, max_pause, seal_result, usd,
+from .rundir import (KEY_INPUT, LEDGER_ROOM, RESULTS_ROOM, NotARunDir, RunDir, append_line, cost_history, disk_full,
+                     disk_full_sentence, make_room, max_pause, seal_result, usd,
                      write_atomic)
 from .spec import SpecError, load_task
 
@@ -48,6 +49,13 @@ class Gathering:
         if self.results_path.exists() and mode != "run":
             self.results_path.unlink()
         self.started = datetime.datetime.now().isoformat(timespec="seconds")
+        # A full disk: records that could not be appended stay here (and in JUnit), and the
+        # one sentence that says so; every line kept room for beforehand still lands.
+        self.unsaved: list[dict] = []
+        self.disk_problem = ""
+        if mode != "rescore":  # room beyond the ends of the ledger and the results, before any cell
+            make_room(run_dir.spend_path, LEDGER_ROOM)
+            make_room(self.results_path, RESULTS_ROOM)
 
     def add(self, record: dict) -> None:
         if record.get("reused") and record["cell"] not in self.cells:
@@ -58,7 +66,12 @@ class Gathering:
         # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            append_line(self.results_path, line)
+            append_line(self.results_path, line, room=RESULTS_ROOM)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            self.unsaved.append(dict(record))
+            self.disk_problem = self.disk_problem or disk_full_sentence(self.run_dir.path, exc)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
@@ -74,6 +87,9 @@ class Gathering:
             every = [r for r in self.run_dir.read_results() if r.get("cell") not in self.cells] + mine
         if self.mode != "rescore":
             every = self.recovered(every)
+        if self.unsaved:  # records a full disk kept from the results file
+            kept = {r.get("cell") for r in every}
+            every += [r for r in self.unsaved if r.get("cell") not in kept]
         return every
 
     def recovered(self, every: list[dict]) -> list[dict]:
@@ -423,8 +439,15 @@ class Controller:
             self.progress.close()
         if self.gathering is not None:
             s = self.state
-            self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
-                                                 reference=s.settings.reference, plots=s.settings.plots)
+            try:
+                self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
+                                                     reference=s.settings.reference, plots=s.settings.plots)
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                # The summaries cannot be written: the terminal summary still says everything.
+                self.gathering.disk_problem = (f"{disk_full_sentence(s.run_dir.path, exc)}; the summaries were not "
+                                               f"written (a --ponybench-rescore of the run writes them)")
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if self.gathering is None:
@@ -434,6 +457,8 @@ class Controller:
         tr.write_sep("=", "ponybench summary")
         for line in state.run_dir.refused_lines:  # garbage or forged lines of results.jsonl
             tr.write_line(f"ponybench: warning: {line}", yellow=True)
+        if self.gathering.disk_problem:
+            tr.write_line(f"ponybench: {self.gathering.disk_problem}", red=True, bold=True)
         for line in summary.table_lines(every, state.settings.reference):
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"

@@ -178,3 +178,57 @@ def test_a_cell_whose_grader_backtracks_is_left_out_of_the_rates_and_named(tmp_p
     assert tables.apart_lines([record]) == [f"instrument error: {c.id} (arm `baseline` · haiku) left out of every "
                                             f"rate: {record['error'][:tables.FAILURE_EXCERPT]}"]
     assert tables.failure_rows([record]) == []
+
+
+# --------------------------------------------------------------------------- what the session survives
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs mounted for the test (we are root here); skipped, saying why, where the
+    kernel or the container refuses the mount."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mount -t tmpfs was refused here (it needs root and CAP_SYS_ADMIN): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_disk_the_agent_fills_stops_the_run_with_one_sentence_keeping_every_record_and_dollar(tmp_path, small_disk):
+    from support.benchproc import GOOD_ADD, calls, fake_env
+
+    root = write_project(tmp_path / "project", {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD, cost=0.25, cells={CELL(1): {"mode": "fill_disk"}})
+    args = bench_args(root, "--runs=3")
+    args = [a if not a.startswith("--ponybench-dir=") else f"--ponybench-dir={small_disk}" for a in args]
+    done = run(root, args, env)
+    out = done.stdout + done.stderr
+    assert "INTERNALERROR" not in out and "Traceback" not in out, out[-4000:]
+    (run_dir,) = [p for p in small_disk.iterdir() if p.is_dir()]
+    sentence = f"the disk of the run directory {run_dir} is full (No space left on device): the run stops"
+    assert sentence in out, out[-4000:]
+    assert done.returncode == pytest.ExitCode.INTERRUPTED  # stopped, as after a 401
+    # The spend of the cell that filled the disk is on the ledger, and every record is kept.
+    assert [line["cell"] for line in ledger(run_dir)] == [CELL(0), CELL(1)]
+    assert sum(line["cost_usd"] for line in ledger(run_dir)) == pytest.approx(0.5)
+    records = by_cell(results(run_dir))
+    assert records[CELL(0)]["passed"] and records[CELL(1)]["status"] == "interrupted", records
+    assert records[CELL(1)]["error"].startswith(sentence)
+    assert CELL(2) not in records and len(calls(root)) == 2  # the run stopped before the next cell
+
+    # Space freed, a resume finishes the run; the ledger still holds what the full disk cost.
+    (run_dir / CELL(1) / "fill.bin").unlink()
+    fake_env(root, write=GOOD_ADD, cost=0.25)
+    again = run(root, args + [f"--ponybench-resume={run_dir}"], env)
+    assert again.returncode == 0, again.stdout[-3000:]
+    records = by_cell(results(run_dir))
+    assert all(records[CELL(i)]["passed"] for i in range(3))
+    assert sum(line["cost_usd"] for line in ledger(run_dir)) == pytest.approx(1.0)
+    assert summary(run_dir)["spent_usd"] == pytest.approx(1.0)

@@ -13,6 +13,7 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
             "escape_hook" (the same write with no tool call, as a hook would: `escape_to`,
             default "escaped-by-hook.txt"),
             "hang_tree" (like "hang", printing its child's pid to stderr as `fake-pid: N`),
+            "fill_disk" (write fill.bin until the disk is full, then finish),
             "spawn_setsid" (leave a setsid grandchild sleeping, pid on stderr, and finish),
             "sleep_then_ok" (sleep `sleep` seconds, then finish), "await_peers" (finish once
             `peers` CLIs run at once, registered in `peers_dir`; fail after `sleep` s), "kill_worker" (SIGKILL the
@@ -124,6 +125,14 @@ def main(argv):
         target = Path(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+    if mode == "fill_disk":
+        # A hostile or careless agent fills the disk of its workspace, then its CLI finishes.
+        try:
+            with open("fill.bin", "wb") as fh:
+                while True:
+                    fh.write(b"\0" * 65536)
+        except OSError:
+            pass
     if mode == "escape":
         # As the real CLI would: the agent's Write tool call, its result, and the file.
         target = Path("..", spec.get("escape_to", "escaped-by-agent.txt")).resolve()
