@@ -53,6 +53,10 @@ class Gathering:
         # one sentence that says so; every line kept room for beforehand still lands.
         self.unsaved: list[dict] = []
         self.disk_problem = ""
+        # results.jsonl lost a line of this session or holds lines that are no record: the
+        # end of the session writes it again from what it knows (`finish`).
+        self.repaired = False
+        self.remembered: dict[str, dict] = {}  # records of cells that never ran (few), by cell
         if mode != "rescore":  # room beyond the ends of the ledger and the results, before any cell
             make_room(run_dir.spend_path, LEDGER_ROOM)
             make_room(self.results_path, RESULTS_ROOM)
@@ -61,6 +65,10 @@ class Gathering:
         if record.get("reused") and record["cell"] not in self.cells:
             self.reused += 1  # a resume reported it from its kept result: not run again
         self.cells.add(record["cell"])
+        if record.get("status") in records.NEVER_RAN:
+            # No sealed result beside its workspace to read it back from (a crashed worker, an
+            # interrupt): kept here too, so a results file someone overwrites cannot lose it.
+            self.remembered[record["cell"]] = dict(record)
         # Sealed with the run's key: a line an agent appends or rewrites does not verify.
         line = json.dumps(seal_result(record, self.run_dir.key), sort_keys=True) + "\n"
         # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
@@ -100,18 +108,25 @@ class Gathering:
             every = list(last.values())
         for cell_id in sorted(self.cells - set(last)):
             record = cells.finished_record(self.run_dir.cell_dir(cell_id), self.run_dir, move=False)
+            if record is None:
+                record = self.remembered.get(cell_id)
             if record is not None:
                 every.append(record)
+                self.repaired = True
         return every
 
     def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool,
                reference: str, plots: bool = True) -> list:
         """Write summary.json, then the reports. Results are on disk already, line by line."""
         every = self.all_records()
-        if self.mode != "run":
+        if self.mode != "run" or self.repaired or self.unsaved or self.run_dir.refused_lines:
+            # A resume or rescore merges; a run whose results file someone overwrote, filled
+            # with garbage, or a full disk kept lines from, gets it whole again: every later
+            # rescore, resume and ponybench-compare reads that file.
             write_atomic(self.run_dir.results_path, "".join(
                 json.dumps(seal_result(r, self.run_dir.key), sort_keys=True) + "\n" for r in every))
-            self.results_path.unlink(missing_ok=True)
+            if self.results_path != self.run_dir.results_path:  # a resume's or rescore's own file
+                self.results_path.unlink(missing_ok=True)
             self.merged = True
         versions = sorted({r.get("claude_version") for r in every if r.get("claude_version")})
         try:  # a rescore or resume keeps the date the run was made; its own is `updated`

@@ -232,3 +232,50 @@ def test_a_disk_the_agent_fills_stops_the_run_with_one_sentence_keeping_every_re
     assert all(records[CELL(i)]["passed"] for i in range(3))
     assert sum(line["cost_usd"] for line in ledger(run_dir)) == pytest.approx(1.0)
     assert summary(run_dir)["spent_usd"] == pytest.approx(1.0)
+
+
+def test_a_killed_worker_and_a_results_file_turned_to_garbage_mid_run_lose_no_other_cell(tmp_path):
+    # Under -n 2 one cell's CLI kills its xdist worker, and another cell's agent overwrites the
+    # run's results.jsonl with garbage while the run goes on. (The pieces are covered one by
+    # one in test_faults and test_attacks_records; here they meet in one live session.)
+    from support.benchproc import GOOD_ADD, fake_env
+
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    # The last cell overwrites the file once the others' lines are in it.
+    garbage = {"write": {**GOOD_ADD, "../results.jsonl": "{}\nnot json at all\n"}, "sleep_before_write": 4}
+    env = fake_env(root, write=GOOD_ADD, cells={CELL(1): {"mode": "kill_worker"}, CELL(4): garbage})
+    done = run(root, bench_args(root, "--runs=5", "-n", "2"), env)
+    out = done.stdout
+    assert "INTERNALERROR" not in out + done.stderr, out[-3000:]
+    run_dir = only_run_dir(root)
+    data = summary(run_dir)
+    assert data["cells"] == 5 and data["left_out"] == {"interrupted": 1}, data
+    (row,) = data["rows"]
+    assert row["n"] == 4 and row["correct_rate"] == 1.0
+    # The lost cell is named in one line; the garbage is refused with one warning a line.
+    assert f"worker 'gw0' crashed while running 'tasks/add.yaml::{CELL(1)}'" in out \
+        or f"worker 'gw1' crashed while running 'tasks/add.yaml::{CELL(1)}'" in out, out[-3000:]
+    assert out.count("ponybench: warning: ") >= 1 and "results.jsonl line" in out, out[-3000:]
+    from pytest_ponybench.rundir import RunDir
+
+    # What a rescore or a resume reads: the garbage skipped, and every cell there.
+    records = by_cell(RunDir.open(run_dir, "--ponybench-resume").read_results())
+    assert sorted(records) == [CELL(i) for i in range(5)], sorted(records)
+    assert records[CELL(1)]["status"] == "interrupted" and "crashed" in records[CELL(1)]["error"]
+
+
+def test_a_429_pause_written_by_two_workers_at_once_ends_no_cell_interrupted(tmp_path):
+    # Every cell's first attempt is rate-limited (a 429 after the CLI's retries), so both
+    # workers write the shared pause around the same moment; each cell's second attempt passes.
+    from support.benchproc import GOOD_ADD, fake_env
+
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD, cost=0.1, api_error_times=1, api_status=429, api_type="rate_limit_error",
+                   api_error_cost=0.01)
+    done = run(root, bench_args(root, "--runs=4", "-n", "2", "-o", "ponybench_retry_wait=0.2"), env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    run_dir = only_run_dir(root)
+    records = by_cell(results(run_dir))
+    assert all(r["status"] == "finished" and r["passed"] and r["attempts"] == 2 for r in records.values()), records
+    assert sorted(line["cell"] for line in ledger(run_dir)) == sorted(CELL(i) for i in range(4) for _ in (0, 1))
+    assert summary(run_dir)["spent_usd"] == pytest.approx(4 * 0.11)
