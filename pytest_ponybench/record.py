@@ -5,7 +5,7 @@ from an xdist worker to the controller as the item's `user_properties`, lands in
 as `<property>` elements and is one line of `results.jsonl`. Its fields are `FIELDS` below
 (docs/architecture.md explains each).
 
-Statuses fall in three sets, and every output (the terminal table, summary.json, summary.md,
+Statuses fall in five sets, and every output (the terminal table, summary.json, summary.md,
 report.html, ponybench-compare) counts cells through the helpers here, so one run never gives
 two answers:
 
