@@ -221,10 +221,34 @@ class RunOutcome:
     wall_s: float
 
 
+TRANSCRIPT_ROOM = 1024 * 1024  # bytes kept allocated for the transcript while the CLI runs
+
+
+def release_transcript(path: Path) -> None:
+    """Give back the room `run` kept for a transcript, once the harness has written what the
+    cell's run told it: until then a disk the agent filled stays full, and the harness's first
+    write of its own records says so, rather than succeeding in the room and failing later."""
+    from .rundir import release_room
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        release_room(fd)
+    finally:
+        os.close(fd)
+
+
 def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
         transcript: Path, stderr: Path) -> RunOutcome:
+    from .rundir import keep_room
+
     start = time.monotonic()
     with open(transcript, "wb") as out, open(stderr, "wb") as err:
+        # Room for the CLI's output kept allocated before it starts: an agent that fills the
+        # disk still leaves its CLI room for the result line, and so the harness its cost.
+        keep_room(out.fileno(), TRANSCRIPT_ROOM)
         proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                            max_file_size=FILE_SIZE_LIMIT)
         timed_out = procs.wait_or_kill(proc, timeout)
@@ -484,6 +508,16 @@ def judge(outcome: RunOutcome, t: Transcript, stderr: Path, timeout: float) -> t
     if t.garbage:
         return records.BAD_OUTPUT, f"the CLI's output was not stream-json ({t.garbage} unreadable lines, first: {t.first_garbage!r})"
     return records.BAD_OUTPUT, "the CLI exited without printing a result line"
+
+
+BUDGET_SUBTYPE = "error_max_budget_usd"  # the result line's subtype when --max-budget-usd stopped the CLI
+
+
+def stopped_at_budget(t: Transcript) -> bool:
+    """Whether the CLI ended because it reached its --max-budget-usd (measured with 2.1.328:
+    `subtype: error_max_budget_usd`, `terminal_reason: budget_exhausted`, `is_error: true`)."""
+    result = t.result or {}
+    return result.get("subtype") == BUDGET_SUBTYPE or result.get("terminal_reason") == "budget_exhausted"
 
 
 # --------------------------------------------------------------------------- what the agent did

@@ -59,6 +59,9 @@ class CellContext:
     hook: object  # config.hook: pytest_ponybench_agent_env and _prove_arm (hookspec.py)
     rehearsal: bool = False  # the scripted model plays the agent: say so in every record
     max_budget_usd: float | None = None  # passed to the CLI as --max-budget-usd
+    # max_budget_usd is what was left of the run's budget, below the per-cell cap: a CLI that
+    # stops there was cut by the run's budget (budget_cut), not by a cap the arm ran under.
+    run_cut: bool = False
     confine: bool = False  # run the agent under bubblewrap: only its workspace writable
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
     retries: int = 2  # runs again of a cell that ended as infra_error
@@ -110,8 +113,9 @@ def finished_record(ws: Path, run_dir: RunDir, move: bool = True) -> dict | None
     if not ws.is_dir() or ws.is_symlink() or result_problem(ws, run_dir) is not None:
         return None
     record = _read(ws, RESULT, run_dir.key)
-    if record.get("status") in records.INFRA:
-        # The API failed it: run it again, keeping the failed (paid) workspace as an attempt.
+    if record.get("status") in records.INFRA | records.CUT:
+        # The API failed it, or the run's budget cut it: run it again, keeping the failed
+        # (paid) workspace as an attempt.
         if move:
             move_cell(ws, next_attempt_dir(ws))
         return None
@@ -232,6 +236,8 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
         else:
             status = records.WRONG_ARM
         error = wrong or ""
+    if status == records.CLI_ERROR and ctx.run_cut and agent.stopped_at_budget(transcript):
+        status, error = records.BUDGET_CUT, budget_cut_error(ctx)
     cost = agent.usage_metrics(transcript)["cost_usd"]
     ran = {"status": status, "error": error, "rehearsal": ctx.rehearsal,
            "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
@@ -239,11 +245,21 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
            "plugin_dir": plugin_dir, "argv": argv, "cost_usd": cost,
            "api_error_status": agent.api_error_status(transcript),
            "rate_limited": agent.saw_rate_limit(transcript)}
-    write_record(ws, AGENT_RECORD, ran, key)
-    # The spend is on the ledger before the result exists: a kill between the two can make a
-    # resume pay for this cell again, never hide what it cost. A failed attempt's cost stays.
-    ctx.run_dir.record_spend(cell.id, valid_cost(cost))  # a negative or NaN cost is no spend to subtract
+    # The spend is on the ledger before anything else is written: a kill or a full disk
+    # between it and the result can make a resume pay for this cell again, never hide what it
+    # cost (the ledger keeps room allocated for its next lines). A failed attempt's cost stays.
+    try:
+        ctx.run_dir.record_spend(cell.id, valid_cost(cost))  # a negative or NaN cost is no spend to subtract
+        write_record(ws, AGENT_RECORD, ran, key)
+    finally:
+        agent.release_transcript(ws / workspace.TRANSCRIPT)
     return ran
+
+
+def budget_cut_error(ctx: CellContext) -> str:
+    """The one sentence of a cell the run's budget cut short."""
+    return (f"the run's budget cut this cell: the CLI stopped at --max-budget-usd ${ctx.max_budget_usd:g}, what was "
+            f"left of --ponybench-max-cost ${ctx.max_cost:g}; a resume runs it again")
 
 
 def finish(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
@@ -283,6 +299,9 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
         # What an agent left behind when it never ran properly does not count as its answer.
         verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
                     for axis in measured_axes(task)}
+    broken = [v for v in verdicts.values() if v.instrument]
+    if broken:  # the harness's instrument failed, not the agent: left out of the rates, named
+        record.update(status=records.INSTRUMENT_ERROR, error=f"instrument error: {broken[0].reason}")
     for axis in records.AXES:
         if axis in verdicts:
             record[axis], record[f"{axis}_reason"] = int(verdicts[axis].ok), verdicts[axis].reason
@@ -339,6 +358,8 @@ def reference_workspace(task: TaskSpec) -> Path | None:
 
 def failure_line(record: dict) -> str | None:
     """None when the cell passes; else one line saying which gate failed and why."""
+    if record["status"] == records.INSTRUMENT_ERROR:
+        return record["error"]
     if not record["ran"]:
         return f"agent never ran properly ({record['status']}): {record['error']}"
     if record.get("escaped"):

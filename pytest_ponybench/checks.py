@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import procs
+from . import graders, procs
 
 if TYPE_CHECKING:  # the check child imports this module: keep it free of the spec's YAML
     from .spec import TaskSpec
@@ -36,6 +36,9 @@ class Verdict:
     ok: bool
     reason: str  # "ok", or one sentence saying why the check failed
     check: str = ""  # the named check (`@check`) that failed, when one did
+    # The harness's own instrument failed, not the agent's code (a grader's pattern that did
+    # not finish over a bounded text): the cell is an instrument error, left out of the rates.
+    instrument: bool = False
 
 
 def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float,
@@ -101,12 +104,18 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
                           "result": str(verdict), "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT})
         proc = procs.start_calls(calls, env=env, max_file_size=FILE_SIZE_LIMIT, stdin=subprocess.DEVNULL)
         procs.wait_or_kill(proc, len(calls) * (timeout + SUPERVISOR_ALLOWANCE))
-    return {axis: _verdict(axis, timeout, proc.results[i] if i < len(proc.results) else None)
+    return {axis: _verdict(axis, timeout, proc.results[i] if i < len(proc.results) else None,
+                           graders_only=graders.is_check_code(checks[axis]))
             for i, axis in enumerate(axes)}
 
 
-def _verdict(axis: str, timeout: float, report: dict | None) -> Verdict:
-    """A check's verdict from what its supervisor reported (None: it never reported)."""
+def _verdict(axis: str, timeout: float, report: dict | None, graders_only: bool = False) -> Verdict:
+    """A check's verdict from what its supervisor reported (None: it never reported).
+    `graders_only`: the check is an imported case's graders, which run no agent code."""
+    if report is not None and report.get("timed_out") and graders_only:
+        stuck = graders.stuck_search(str(report.get("tail") or ""))
+        if stuck is not None and stuck["chars"] <= graders.SHORT_TEXT:
+            return Verdict(False, instrument_reason(stuck, timeout), instrument=True)
     if report is None or report.get("timed_out"):
         return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
     result = report.get("result")
@@ -116,6 +125,14 @@ def _verdict(axis: str, timeout: float, report: dict | None) -> Verdict:
     last = f": {tail[-1][:300]}" if tail else ""
     return Verdict(False, f"{axis} check process ended with exit code {report.get('code')} "
                           f"without a verdict (the code under test exited or crashed){last}")
+
+
+def instrument_reason(stuck: dict, timeout: float) -> str:
+    """The one sentence of a grader whose own pattern ran out the check's time."""
+    return (f"the grader {stuck.get('name')}'s own pattern /{stuck.get('pattern')}/ did not finish over "
+            f"{stuck['chars']} characters of {stuck.get('where')} within the check's {timeout:g} s (no agent code "
+            f"runs in a grader, and even a quadratic search ends in under a second over {graders.SHORT_TEXT} "
+            f"characters): the pattern backtracks catastrophically; fix the grader")
 
 
 def forbidden_edits(task: TaskSpec, workspace: Path) -> Verdict | None:

@@ -23,7 +23,7 @@ from . import cell as cells
 from . import instruments
 from . import record as records
 from .controller import BUDGET_REACHED, never_ran_record
-from .rundir import usd
+from .rundir import disk_full, disk_full_sentence, usd
 from .spec import ArmSpec, SpecError, TaskSpec, load_task
 
 
@@ -220,6 +220,13 @@ class CellItem(_PlainFailure, pytest.Item):
         except pytest.skip.Exception:
             raise
         except BaseException as exc:
+            if disk_full(exc):
+                # The run directory's disk is full: every later cell would fail the same way.
+                # One sentence, the run stops; what is finished and spent is kept.
+                sentence = disk_full_sentence(state.run_dir.path, exc)
+                self.user_properties.extend(never_ran_record(self.identity, sentence).items())
+                self.session.shouldstop = sentence
+                raise CellFailed(sentence) from None
             # A pytest-timeout, a Ctrl-C or a harness bug: the agent's tree is already dead
             # (procs' finally); keep a record that says this cell never finished.
             self.user_properties.extend(
@@ -230,9 +237,10 @@ class CellItem(_PlainFailure, pytest.Item):
         fatal = agent.auth_failure(record)
         if fatal:  # every later cell would fail the same way: stop before the next one
             self.session.shouldstop = fatal
-        if records.is_infra(record):
-            # The model API failed, not the agent: neither a pass nor a failure of the arm.
-            pytest.skip(f"{records.INFRA_ERROR}: {record['error']}")
+        if records.skipped_apart(record):
+            # The model API failed, the run's budget cut the cell or an instrument failed, not
+            # the agent: neither a pass nor a failure of the arm.
+            pytest.skip(f"{records.status_of(record)}: {record['error']}")
         if not record["passed"]:
             raise CellFailed(record["failure"])
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from . import agent, cell as cells, fleet, instruments, library, progress, record as records, summary, tables
-from .rundir import (KEY_INPUT, NotARunDir, RunDir, append_line, cost_history, max_pause, seal_result, usd,
+from .rundir import (KEY_INPUT, LEDGER_ROOM, RESULTS_ROOM, NotARunDir, RunDir, append_line, cost_history, disk_full,
+                     disk_full_sentence, make_room, max_pause, seal_result, usd,
                      write_atomic)
 from .spec import SpecError, load_task
 
@@ -48,17 +49,37 @@ class Gathering:
         if self.results_path.exists() and mode != "run":
             self.results_path.unlink()
         self.started = datetime.datetime.now().isoformat(timespec="seconds")
+        # A full disk: records that could not be appended stay here (and in JUnit), and the
+        # one sentence that says so; every line kept room for beforehand still lands.
+        self.unsaved: list[dict] = []
+        self.disk_problem = ""
+        # results.jsonl lost a line of this session or holds lines that are no record: the
+        # end of the session writes it again from what it knows (`finish`).
+        self.repaired = False
+        self.remembered: dict[str, dict] = {}  # records of cells that never ran (few), by cell
+        if mode != "rescore":  # room beyond the ends of the ledger and the results, before any cell
+            make_room(run_dir.spend_path, LEDGER_ROOM)
+            make_room(self.results_path, RESULTS_ROOM)
 
     def add(self, record: dict) -> None:
         if record.get("reused") and record["cell"] not in self.cells:
             self.reused += 1  # a resume reported it from its kept result: not run again
         self.cells.add(record["cell"])
+        if record.get("status") in records.NEVER_RAN:
+            # No sealed result beside its workspace to read it back from (a crashed worker, an
+            # interrupt): kept here too, so a results file someone overwrites cannot lose it.
+            self.remembered[record["cell"]] = dict(record)
         # Sealed with the run's key: a line an agent appends or rewrites does not verify.
         line = json.dumps(seal_result(record, self.run_dir.key), sort_keys=True) + "\n"
         # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            append_line(self.results_path, line)
+            append_line(self.results_path, line, room=RESULTS_ROOM)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            self.unsaved.append(dict(record))
+            self.disk_problem = self.disk_problem or disk_full_sentence(self.run_dir.path, exc)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
@@ -74,6 +95,9 @@ class Gathering:
             every = [r for r in self.run_dir.read_results() if r.get("cell") not in self.cells] + mine
         if self.mode != "rescore":
             every = self.recovered(every)
+        if self.unsaved:  # records a full disk kept from the results file
+            kept = {r.get("cell") for r in every}
+            every += [r for r in self.unsaved if r.get("cell") not in kept]
         return every
 
     def recovered(self, every: list[dict]) -> list[dict]:
@@ -84,18 +108,25 @@ class Gathering:
             every = list(last.values())
         for cell_id in sorted(self.cells - set(last)):
             record = cells.finished_record(self.run_dir.cell_dir(cell_id), self.run_dir, move=False)
+            if record is None:
+                record = self.remembered.get(cell_id)
             if record is not None:
                 every.append(record)
+                self.repaired = True
         return every
 
     def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool,
                reference: str, plots: bool = True) -> list:
         """Write summary.json, then the reports. Results are on disk already, line by line."""
         every = self.all_records()
-        if self.mode != "run":
+        if self.mode != "run" or self.repaired or self.unsaved or self.run_dir.refused_lines:
+            # A resume or rescore merges; a run whose results file someone overwrote, filled
+            # with garbage, or a full disk kept lines from, gets it whole again: every later
+            # rescore, resume and ponybench-compare reads that file.
             write_atomic(self.run_dir.results_path, "".join(
                 json.dumps(seal_result(r, self.run_dir.key), sort_keys=True) + "\n" for r in every))
-            self.results_path.unlink(missing_ok=True)
+            if self.results_path != self.run_dir.results_path:  # a resume's or rescore's own file
+                self.results_path.unlink(missing_ok=True)
             self.merged = True
         versions = sorted({r.get("claude_version") for r in every if r.get("claude_version")})
         try:  # a rescore or resume keeps the date the run was made; its own is `updated`
@@ -118,12 +149,16 @@ class Gathering:
             "spent_usd": round(self.run_dir.spent(), 6),
             "reference": reference,
             "statuses": {"measured": sorted(records.MEASURED), "never_ran": sorted(records.NEVER_RAN),
-                         "infra": sorted(records.INFRA)},
+                         "infra": sorted(records.INFRA), "budget_cut": sorted(records.CUT),
+                         "instrument": sorted(records.INSTRUMENT)},
             "rows": summary.aggregate(every),
             # Per arm x model: infra errors (left out of every rate) and retries; what the arms
             # made the agent do. The same builders as the terminal, summary.md and report.html.
             "infra_errors": records.infra_share(every)[0],
             "infra": tables.infra_rows(every),
+            # Cells the run's budget cut or an instrument failed: named, left out of every rate.
+            "budget_cut": sum(1 for r in every if records.is_budget_cut(r)),
+            "apart": tables.apart_rows(every),
             "activity": tables.activity_rows(every),
             # Per task x arm: each failed cell's one-line reason, the most frequent first.
             "failures": tables.failure_rows(every),
@@ -424,8 +459,15 @@ class Controller:
             self.progress.close()
         if self.gathering is not None:
             s = self.state
-            self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
-                                                 reference=s.settings.reference, plots=s.settings.plots)
+            try:
+                self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
+                                                     reference=s.settings.reference, plots=s.settings.plots)
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                # The summaries cannot be written: the terminal summary still says everything.
+                self.gathering.disk_problem = (f"{disk_full_sentence(s.run_dir.path, exc)}; the summaries were not "
+                                               f"written (a --ponybench-rescore of the run writes them)")
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if self.gathering is None:
@@ -435,6 +477,8 @@ class Controller:
         tr.write_sep("=", "ponybench summary")
         for line in state.run_dir.refused_lines:  # garbage or forged lines of results.jsonl
             tr.write_line(f"ponybench: warning: {line}", yellow=True)
+        if self.gathering.disk_problem:
+            tr.write_line(f"ponybench: {self.gathering.disk_problem}", red=True, bold=True)
         for line in summary.table_lines(every, state.settings.reference):
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"
@@ -452,6 +496,8 @@ class Controller:
         for line in tables.infra_lines(every):
             loud = line.startswith("WARNING")
             tr.write_line(line, red=loud, bold=loud, yellow=not loud)
+        for line in tables.apart_lines(every):
+            tr.write_line(line, yellow=True)
         for line in tables.activity_lines(every):
             tr.write_line(line)
         if self.gathering.mode != "rescore":  # a rescore proves nothing anew
@@ -470,7 +516,7 @@ def arm_proof_lines(every: list[dict]) -> list[str]:
     by the cells' hook events (proof.py). Cells the API failed are not counted either way."""
     lines = []
     for arm in sorted({r["arm"] for r in every}):
-        cells = [r for r in every if r["arm"] == arm and not records.is_infra(r)]
+        cells = [r for r in every if r["arm"] == arm and not records.skipped_apart(r)]
         unproven = [r for r in cells if r.get("status") == records.ARM_UNPROVEN]
         checked = [r for r in cells if r.get("status") in (records.FINISHED, records.ARM_UNPROVEN)]
         if unproven:

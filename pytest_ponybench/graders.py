@@ -17,7 +17,16 @@ Judged kinds (`llm`, `baseline`) need a second model: they are never run here, a
 import lists them as not run (plugin_evals.py).
 
 `assert_graders` runs inside a check's child process (checks.py): it reads what the agent
-wrote, never runs it, and the check's time limit bounds any pathological pattern.
+wrote, never runs it, and the check's time limit bounds any pathological pattern. Such a check
+runs no code of the agent's, so when its time runs out inside a grader's own search over a
+text of at most `SHORT_TEXT` characters, the pattern is at fault, not the agent: even the
+worst quadratic search takes well under a second over such a text, so only a pattern that
+backtracks worse than that runs out the check's time there (`bench/grader_search.py` prints
+the figures). Over a longer text an agent could make a sane pattern slow (an 8 MiB answer
+meets a quadratic pattern), so there it stays a timeout of the cell. Before each search the
+grader writes a `SEARCH_MARK` line to the check's output, after it a `DONE_MARK` line, and
+`stuck_search` reads the output's tail of a check that timed out (`checks._verdict` makes
+that an instrument error of the cell, never a timeout of the agent).
 """
 from __future__ import annotations
 
@@ -33,8 +42,15 @@ JUDGED = ("llm", "baseline")
 KINDS = DETERMINISTIC + JUDGED
 TARGETS = ("last_message", "trace", "files")
 MAX_READ = 8 * 1024 * 1024  # bytes of one file or of the transcript a grader reads
+# A search that runs out a check's time over at most this many characters is the pattern's own
+# fault (the worst quadratic search over it: about 0.5 s here, bench/grader_search.py).
+SHORT_TEXT = 16 * 1024
 TRANSCRIPT_ENV = "PONYBENCH_TRANSCRIPT"  # the kept transcript's path, set for every check
 WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
+
+
+SEARCH_MARK = "ponybench-grader-search: "  # + JSON {name, pattern, chars, where}: a search begins
+DONE_MARK = "ponybench-grader-done"  # the search ended
 
 
 class GraderError(ValueError):
@@ -206,9 +222,70 @@ def _target_text(grader: dict, ev: Evidence) -> tuple[str, str]:
     return ev.last_message, "the last message"
 
 
-def _count_calls(ev: Evidence, tool: str, match: str | None) -> list[int]:
+def _announce(grader: dict, pattern: str, chars: int, where: str) -> None:
+    """One line in the check's output before a search (see the module's docstring). Written to
+    fd 2 at once, unbuffered: a check killed at its deadline keeps it."""
+    mark = json.dumps({"name": str(grader.get("name") or grader.get("type")), "pattern": pattern[:200],
+                       "chars": chars, "where": where})
+    os.write(2, f"\n{SEARCH_MARK}{mark}\n".encode("utf-8", "replace"))
+
+
+def _done() -> None:
+    os.write(2, f"\n{DONE_MARK}\n".encode())
+
+
+def _count_calls(ev: Evidence, tool: str, match: str | None, grader: dict | None = None) -> list[int]:
     pattern = js_regex(match) if match else None
-    return [i for i, (name, data) in enumerate(ev.calls) if name == tool and (pattern is None or pattern.search(data))]
+    if pattern is not None:
+        _announce(grader or {"name": tool}, match, sum(len(data) for name, data in ev.calls if name == tool),
+                  f"the inputs of the {tool} calls")
+    found = [i for i, (name, data) in enumerate(ev.calls) if name == tool and (pattern is None or pattern.search(data))]
+    if pattern is not None:
+        _done()
+    return found
+
+
+def stuck_search(tail: str) -> dict | None:
+    """The search a grader had begun and not ended when its check's output stopped (the
+    `SEARCH_MARK` line's data), or None. Read only for a check whose code is `check_code`'s:
+    no agent code runs there to write such a line."""
+    lines = [line.strip() for line in str(tail or "").splitlines() if line.strip()]
+    if not lines or not lines[-1].startswith(SEARCH_MARK):
+        return None
+    try:
+        data = json.loads(lines[-1][len(SEARCH_MARK):])
+    except ValueError:  # cut by the tail's length
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("chars"), int):
+        return None
+    return data
+
+
+def check_code(runnable: list[dict]) -> str:
+    """The code of an imported case's `correct` check: the deterministic graders, as JSON."""
+    spec = json.dumps(runnable, sort_keys=True)
+    return f"from pytest_ponybench.graders import assert_graders\nassert_graders({spec!r})\n"
+
+
+def is_check_code(code: str) -> bool:
+    """Whether a check's code is exactly a graders check (an import of `assert_graders` and one
+    call of it with a literal string): code that runs nothing of the agent's, whose output
+    only the graders write."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    if len(tree.body) != 2:
+        return False
+    first, second = tree.body
+    return (isinstance(first, ast.ImportFrom) and first.module == "pytest_ponybench.graders" and first.level == 0
+            and [(a.name, a.asname) for a in first.names] == [("assert_graders", None)]
+            and isinstance(second, ast.Expr) and isinstance(second.value, ast.Call)
+            and isinstance(second.value.func, ast.Name) and second.value.func.id == "assert_graders"
+            and not second.value.keywords and len(second.value.args) == 1
+            and isinstance(second.value.args[0], ast.Constant) and isinstance(second.value.args[0].value, str))
 
 
 def grade(grader: dict, ev: Evidence) -> tuple[bool, str]:
@@ -216,7 +293,10 @@ def grade(grader: dict, ev: Evidence) -> tuple[bool, str]:
     kind = grader["type"]
     if kind == "regex":
         text, where = _target_text(grader, ev)
-        found = len(js_regex(grader["pattern"], str(grader.get("flags") or "")).findall(text))
+        compiled = js_regex(grader["pattern"], str(grader.get("flags") or ""))
+        _announce(grader, grader["pattern"], len(text), where)
+        found = len(compiled.findall(text))
+        _done()
         match = str(grader.get("match") or "contains")
         if match == "not_contains":
             return found == 0, f"/{grader['pattern']}/ found {found} time(s) in {where}, where it must not be"
@@ -224,7 +304,7 @@ def grade(grader: dict, ev: Evidence) -> tuple[bool, str]:
         return found >= need, f"/{grader['pattern']}/ found {found} time(s) in {where}, needed {need}"
     if kind == "tool_used":
         low, high = grader.get("min", 1), grader.get("max")
-        n = len(_count_calls(ev, grader["tool"], grader.get("input_match")))
+        n = len(_count_calls(ev, grader["tool"], grader.get("input_match"), grader))
         what = grader["tool"] + (f" matching /{grader['input_match']}/" if grader.get("input_match") else "")
         bounds = f"at least {low}" if high is None else f"{low} to {high}"
         return n >= low and (high is None or n <= high), f"{n} call(s) of {what}, expected {bounds}"
@@ -232,7 +312,7 @@ def grade(grader: dict, ev: Evidence) -> tuple[bool, str]:
         sides = {}
         for side in ("before", "after"):
             tool, match = _matcher(grader[side], side)
-            hits = _count_calls(ev, tool, match)
+            hits = _count_calls(ev, tool, match, grader)
             sides[side] = (tool + (f" /{match}/" if match else ""), hits[0] if hits else None)
         (b_name, b_at), (a_name, a_at) = sides["before"], sides["after"]
         if b_at is None or a_at is None:

@@ -13,7 +13,7 @@ from . import stats
 from .stats import ArmStats
 from .workspace import TRANSCRIPT
 from .tables import (HOW_TO_READ, Table, activity_lines, cell_tables, fmt_cost, comparison_table, consistency_table,
-                     failure_sections, header_lines, infra_lines, pooled_table)
+                     failure_sections, header_lines, infra_lines, pooled_table, apart_lines)
 
 
 
@@ -121,6 +121,7 @@ def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats
             f"<h3>{inline_code(heading)}</h3><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
             for heading, lines in failures) + "</div>")
     for title, lines, list_id in (("Infra errors", infra_lines(records), "infra"),
+                                  ("Left out by the harness", apart_lines(records), "apart"),
                                   ("What the arms made the agent do", activity_lines(records), "activity")):
         if lines:
             body.append(f'<h2>{title}</h2>\n<ul id="{list_id}">'

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from .stats import ArmStats
 from .tables import (HOW_TO_READ, Table, activity_lines, cell_tables, comparison_table, consistency_table,
-                     failure_sections, header_lines, infra_lines, pooled_table)
+                     failure_sections, header_lines, infra_lines, pooled_table, apart_lines)
 
 
 def md_escape(text: str) -> str:
@@ -41,6 +41,9 @@ def build_markdown(run_dir: Path, records: Sequence[dict], reference: str,
     infra = infra_lines(records)
     if infra:
         parts.append("## Infra errors\n\n" + "\n".join(f"- {line}" for line in infra) + "\n")
+    apart = apart_lines(records)
+    if apart:  # not the arm's doing: the budget cut them, or an instrument failed
+        parts.append("## Left out by the harness\n\n" + "\n".join(f"- {md_escape(line)}" for line in apart) + "\n")
     activity = activity_lines(records)
     if activity:
         parts.append("## What the arms made the agent do\n\n" + "\n".join(f"- {line}" for line in activity) + "\n")

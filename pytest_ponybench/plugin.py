@@ -98,16 +98,28 @@ class PonybenchState:
     def cell_budget(self) -> float | None:
         """The CLI's --max-budget-usd for the next cell: the per-cell cap, and never more than
         what is left of the run's budget."""
-        caps = [self.settings.max_cell_cost]
-        if self.settings.max_cost is not None:
-            caps.append(max(self.settings.max_cost - self.spent(), 0.0))
-        caps = [c for c in caps if c is not None]
-        return min(caps) if caps else None
+        return self.cell_caps()[0]
+
+    def cell_caps(self) -> tuple[float | None, bool]:
+        """(the CLI's --max-budget-usd for the next cell, whether it is the run's remainder).
+
+        The remainder binds when it is below the per-cell cap (or there is none): a cell the CLI
+        then stops is cut by the run's budget, an accident of the order cells ran in
+        (`budget_cut`, left out of the rates). A cell stopped by the per-cell cap, which every
+        cell of the run ran under alike, stays a failed run of its arm (`cli_error`)."""
+        cell_cap = self.settings.max_cell_cost
+        if self.settings.max_cost is None:
+            return cell_cap, False
+        left = max(self.settings.max_cost - self.spent(), 0.0)
+        if cell_cap is not None and cell_cap <= left:
+            return cell_cap, False
+        return left, True
 
     def cell_context(self, hook) -> CellContext:
+        budget, run_cut = self.cell_caps()
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
                            arms_dir=self.settings.arms_dir, hook=hook, rehearsal=self.settings.rehearse,
-                           max_budget_usd=self.cell_budget(), confine=self.settings.confine,
+                           max_budget_usd=budget, run_cut=run_cut, confine=self.settings.confine,
                            exclusive=not self.is_worker and self.settings.at_once == 1,
                            retries=self.settings.retries, retry_wait=self.settings.retry_wait,
                            max_cost=self.settings.max_cost, spent=self.spent)

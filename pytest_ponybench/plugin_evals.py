@@ -222,8 +222,7 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
             rehearsal_files = dict(DEFAULT_FILES)
     checks = {}
     if runnable:
-        spec = json.dumps(runnable, sort_keys=True)
-        checks["correct"] = f"from pytest_ponybench.graders import assert_graders\nassert_graders({spec!r})\n"
+        checks["correct"] = grading.check_code(runnable)
     description = f"claude plugin eval case {name}"
     if not_run:
         description += f"; not run (judged): {', '.join(not_run)}"

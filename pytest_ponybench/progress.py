@@ -38,6 +38,10 @@ def outcome(record: dict) -> str:
         return "passed" + again
     if record.get("status") in records.INFRA:
         return f"infra error ({record.get('status')}){again}"
+    if records.is_budget_cut(record):
+        return "cut by the run's budget"
+    if records.is_instrument_error(record):
+        return "instrument error"
     gate = str(record.get("failure") or record.get("status") or "failed").split(":", 1)[0]
     return f"failed ({gate}){again}"
 
@@ -67,6 +71,8 @@ class Progress:
             self.passed += 1
         elif record.get("status") in records.INFRA:
             self.infra += 1
+        elif records.skipped_apart(record):  # the budget cut it or an instrument failed: skipped, as pytest says
+            self.skipped += 1
         else:
             self.failed += 1
         self.last = f"{record.get('cell')} {outcome(record)}"

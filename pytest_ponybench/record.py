@@ -5,7 +5,7 @@ from an xdist worker to the controller as the item's `user_properties`, lands in
 as `<property>` elements and is one line of `results.jsonl`. Its fields are `FIELDS` below
 (docs/architecture.md explains each).
 
-Statuses fall in three sets, and every output (the terminal table, summary.json, summary.md,
+Statuses fall in five sets, and every output (the terminal table, summary.json, summary.md,
 report.html, ponybench-compare) counts cells through the helpers here, so one run never gives
 two answers:
 
@@ -17,6 +17,13 @@ two answers:
   rate and counted apart.
 - `INFRA`: the session failed for reasons outside the agent (the model API). Left out of
   every rate and counted apart.
+- `CUT`: the run's budget (`--ponybench-max-cost`) cut the cell short: the harness passed the
+  CLI what was left of the run's budget as `--max-budget-usd`, below the per-cell cap, and the
+  CLI stopped there (`error_max_budget_usd`). An accident of the order cells ran in, not the
+  arm's doing: left out of every rate, counted apart, run again by a resume.
+- `INSTRUMENT`: the harness's own instrument failed on the cell (an imported grader's pattern
+  that did not finish over a bounded text): the agent was not measured. Left out of every
+  rate and counted apart, named in one sentence.
 """
 from __future__ import annotations
 
@@ -33,11 +40,15 @@ ARM_UNPROVEN = "arm_unproven"
 NOT_RUN = "not_run"
 INTERRUPTED = "interrupted"
 INFRA_ERROR = "infra_error"
+BUDGET_CUT = "budget_cut"
+INSTRUMENT_ERROR = "instrument_error"
 
 MEASURED = frozenset({FINISHED, TIMEOUT, CLI_ERROR, BAD_OUTPUT})
 NEVER_RAN = frozenset({NOT_RUN, WRONG_ARM, ARM_UNPROVEN, INTERRUPTED})
 INFRA = frozenset({INFRA_ERROR})
-STATUSES = MEASURED | NEVER_RAN | INFRA
+CUT = frozenset({BUDGET_CUT})
+INSTRUMENT = frozenset({INSTRUMENT_ERROR})
+STATUSES = MEASURED | NEVER_RAN | INFRA | CUT | INSTRUMENT
 
 AXES = ("correct", "safe")
 
@@ -186,6 +197,22 @@ def loc_values(records: Iterable[dict]) -> list[float]:
 def is_infra(record: dict) -> bool:
     """Whether the cell failed for reasons outside the agent (the model API)."""
     return status_of(record) in INFRA
+
+
+def is_budget_cut(record: dict) -> bool:
+    """Whether the run's budget cut the cell short (not the arm's doing)."""
+    return status_of(record) in CUT
+
+
+def is_instrument_error(record: dict) -> bool:
+    """Whether the harness's own instrument failed on the cell (not the agent's doing)."""
+    return status_of(record) in INSTRUMENT
+
+
+def skipped_apart(record: dict) -> bool:
+    """Cells reported to pytest as skipped with their record kept: neither a pass nor a
+    failure of the arm (the API failed, the run's budget cut it, an instrument failed)."""
+    return status_of(record) in INFRA | CUT | INSTRUMENT
 
 
 INFRA_LOUD_SHARE = 0.2  # more than this share of a run's cells infra errors: say so loudly

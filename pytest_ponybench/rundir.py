@@ -125,10 +125,11 @@ def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> None:
         os.close(dfd)
 
 
-def append_line(path: Path, line: str) -> None:
+def append_line(path: Path, line: str, room: int = 0) -> None:
     """Append one line with one O_APPEND write, refusing a link at the file or its folder.
     When the file does not end with a newline (someone wrote into it), one goes first, so the
-    line is never glued to what was there."""
+    line is never glued to what was there. `room`: bytes kept allocated beyond the end
+    afterwards (`keep_room`), so the next lines still fit on a disk that fills meanwhile."""
     path = Path(path)
     dfd = _parent_fd(path)
     try:
@@ -142,8 +143,89 @@ def append_line(path: Path, line: str) -> None:
         data = memoryview(line.encode("utf-8"))
         while data:
             data = data[os.write(fd, data):]
+        if room:
+            keep_room(fd, room)
     finally:
         os.close(fd)
+
+
+# --------------------------------------------------------------------------- a disk that fills
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
+LEDGER_ROOM = 256 * 1024  # about 4,000 ledger lines, kept allocated beyond the ledger's end
+RESULTS_ROOM = 1024 * 1024  # about 400 records, beyond the end of the results file
+_fallocate_fn: list = []
+
+
+def _fallocate():
+    """libc's fallocate(2), or None (not Linux, or no libc to load)."""
+    if not _fallocate_fn:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None, use_errno=True).fallocate
+            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError, ImportError):
+            fn = None
+        _fallocate_fn.append(fn)
+    return _fallocate_fn[0]
+
+
+def keep_room(fd: int, room: int) -> bool:
+    """Keep `room` bytes allocated beyond the end of the open file `fd` without changing its size
+    (fallocate with FALLOC_FL_KEEP_SIZE): writes into that room need no free block, so the spend
+    ledger, the results and a transcript still take their next lines when an agent has filled
+    the disk. Renewed once less than half is left. Best effort: False where it cannot be (not
+    Linux, a file system without it, a disk already full)."""
+    st = os.fstat(fd)
+    if st.st_blocks * 512 - st.st_size >= room // 2:
+        return True
+    fn = _fallocate()
+    return fn is not None and fn(fd, FALLOC_FL_KEEP_SIZE, st.st_size, room) == 0
+
+
+def release_room(fd: int) -> None:
+    """Give back what `keep_room` kept beyond the end of `fd` (a finished transcript)."""
+    st = os.fstat(fd)
+    beyond = st.st_blocks * 512 - st.st_size
+    fn = _fallocate()
+    if fn is not None and beyond > 0:
+        fn(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, st.st_size, beyond)
+
+
+def make_room(path: Path, room: int) -> None:
+    """Create `path` (refusing a link) if needed and keep `room` bytes allocated beyond its end."""
+    try:
+        dfd = _parent_fd(Path(path))
+        try:
+            fd = os.open(Path(path).name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+        try:
+            keep_room(fd, room)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # best effort: the writes themselves say what is wrong
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says a disk (or a quota) is full; shutil's copy errors carry it in text."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+        return True
+    return isinstance(exc, OSError) and exc.errno is None and "No space left on device" in str(exc)
+
+
+def disk_full_sentence(path: Path, exc: BaseException) -> str:
+    """The one sentence a full disk gets."""
+    why = getattr(exc, "strerror", None) or "No space left on device"
+    return (f"the disk of the run directory {path} is full ({why}): the run stops before its next cell; every "
+            f"finished cell's record and every dollar spent (the spend ledger) are kept; free space, then finish "
+            f"the run with --ponybench-resume={path}")
 
 
 # --------------------------------------------------------------------------- the run's key
@@ -479,7 +561,8 @@ class RunDir:
         cost is refused (ValueError): no such line ever lowers what the run has spent."""
         if cost is not None and valid_cost(cost) is None:
             raise ValueError(f"the spend ledger takes only a finite, non-negative cost, not {cost!r}")
-        append_line(self.spend_path, json.dumps({"cell": str(cell_id), "cost_usd": float(cost or 0.0)}) + "\n")
+        append_line(self.spend_path, json.dumps({"cell": str(cell_id), "cost_usd": float(cost or 0.0)}) + "\n",
+                    room=LEDGER_ROOM)
 
     # ---------------------------------------------------------------- the shared 429 pause
 

@@ -69,7 +69,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .record import INFRA, NEVER_RAN
+from .record import CUT, INFRA, INSTRUMENT, NEVER_RAN
 
 CONFIDENCE = 0.95
 # Fewer runs than this on either side of a comparison: no number, a "too few" verdict.
@@ -82,7 +82,8 @@ N_BOOT = 4000
 SEED = 20240611
 # The arm was not (provably) applied, the cell was cut short, or the API failed: such a cell
 # says nothing about the arm, so it is left out of every rate rather than counted as a failure.
-UNMEASURED_STATUSES = NEVER_RAN | INFRA
+# So is a cell the run's budget cut short, or one the harness's own instrument failed on.
+UNMEASURED_STATUSES = NEVER_RAN | INFRA | CUT | INSTRUMENT
 # Power estimates: the smallest rate difference worth detecting (20 percentage points), and
 # the chance of detecting it that a plan should have.
 DETECTABLE_DIFFERENCE = 0.20

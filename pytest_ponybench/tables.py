@@ -142,8 +142,8 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
             ])
             if t.left_out:
                 left.append(f"{arm}: {records_.left_out_text(t.left_out)}")
-        notes = [f"Left out of every rate (the arm was not applied, the cell was cut short, or the "
-                 f"API failed): {'; '.join(left)}."] if left else []
+        notes = [f"Left out of every rate (the arm was not applied, the cell was cut short, the "
+                 f"API failed, the run's budget cut it or an instrument failed): {'; '.join(left)}."] if left else []
         tables.append(Table(f"{task} · {model}",
                             ["arm", "n", "correct", "safe", "wrote code", "LOC median", "tokens", "cost/cell"],
                             rows, notes, numeric={1, 5, 6, 7}))
@@ -384,6 +384,26 @@ def infra_lines(records: Sequence[dict]) -> list[str]:
     return lines + ([loud] if loud else [])
 
 
+def apart_rows(records: Sequence[dict]) -> list[dict]:
+    """Cells left out of every rate because of the harness, not the arm: cut by the run's
+    budget (`budget_cut`) or failed by the harness's own instrument (`instrument_error`); one
+    row per cell, with its one sentence (summary.json `apart`)."""
+    return [{"cell": str(r.get("cell") or "?"), "arm": records_.name_of(r, "arm"), "model": records_.name_of(r, "model"),
+             "status": records_.status_of(r), "cost_usd": r.get("cost_usd") if isinstance(r.get("cost_usd"), (int, float)) else None,
+             "error": " ".join(str(r.get("error") or "").split())[:FAILURE_EXCERPT]}
+            for r in records if records_.is_budget_cut(r) or records_.is_instrument_error(r)]
+
+
+def apart_lines(records: Sequence[dict]) -> list[str]:
+    """One line per cell the run's budget cut or an instrument failed: left out of every rate,
+    named, never counted as a failed run of the arm."""
+    lines = []
+    for row in apart_rows(records):
+        what = "cut by the run's budget" if row["status"] == records_.BUDGET_CUT else "instrument error"
+        lines.append(f"{what}: {row['cell']} (arm `{row['arm']}` · {row['model']}) left out of every rate: {row['error']}")
+    return lines
+
+
 def _per_cell(total: float, n: int) -> float:
     return round(total / n, 2) if n else 0.0
 
@@ -434,11 +454,11 @@ FAILURE_EXCERPT = 300  # a reason longer than this is cut: the cell's record kee
 
 def failure_rows(records: Sequence[dict]) -> list[dict]:
     """Per task x arm with a failed cell: the cells, the failed ones, and each distinct
-    one-line reason with how many cells it failed, the most frequent first. Infra errors are
-    not failures of the arm (their own section lists them)."""
+    one-line reason with how many cells it failed, the most frequent first. Infra errors, budget
+    cuts and instrument errors are not failures of the arm (their own sections list them)."""
     rows = []
     for (task, arm), cells in records_.group_by(records, "task", "arm").items():
-        failed = [r for r in cells if r.get("passed") is False and not records_.is_infra(r)]
+        failed = [r for r in cells if r.get("passed") is False and not records_.skipped_apart(r)]
         if not failed:
             continue
         reasons: dict[str, int] = {}

@@ -13,10 +13,12 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
             "escape_hook" (the same write with no tool call, as a hook would: `escape_to`,
             default "escaped-by-hook.txt"),
             "hang_tree" (like "hang", printing its child's pid to stderr as `fake-pid: N`),
+            "fill_disk" (write fill.bin until the disk is full, then finish),
             "spawn_setsid" (leave a setsid grandchild sleeping, pid on stderr, and finish),
             "sleep_then_ok" (sleep `sleep` seconds, then finish), "await_peers" (finish once
             `peers` CLIs run at once, registered in `peers_dir`; fail after `sleep` s), "kill_worker" (SIGKILL the
             process that started the harness's supervisor, e.g. an xdist worker, then hang)
+  sleep_before_write: seconds to sleep before the `write` files are written
   cells:    {cell id: {keys as above}}: overrides for the cell whose workspace (the working
             directory) has that name, e.g. one hanging cell among good ones
   api errors: mode "api_error" (2 api_retry lines, the CLI's API error line and a result with
@@ -120,10 +122,19 @@ def main(argv):
             {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": tool_input}]}})
         emit({"type": "user", "message": {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}]}})
+    time.sleep(float(spec.get("sleep_before_write", 0)))
     for rel, content in spec.get("write", {}).items():
         target = Path(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+    if mode == "fill_disk":
+        # A hostile or careless agent fills the disk of its workspace, then its CLI finishes.
+        try:
+            with open("fill.bin", "wb") as fh:
+                while True:
+                    fh.write(b"\0" * 65536)
+        except OSError:
+            pass
     if mode == "escape":
         # As the real CLI would: the agent's Write tool call, its result, and the file.
         target = Path("..", spec.get("escape_to", "escaped-by-agent.txt")).resolve()
