@@ -397,6 +397,18 @@ class Controller:
                 self.progress.progress.skip()
                 self.progress.update()
 
+    @pytest.hookimpl(wrapper=True, specname="pytest_runtest_logreport")
+    def pytest_runtest_logreport_slimmed(self, report):
+        """After every plugin has read a cell's report (the results file above, --junitxml,
+        xdist), keep only what the terminal prints at the end: pytest keeps every report until
+        the session ends, and a record in each (twice: call and teardown) made the controller
+        grow with the run."""
+        try:
+            return (yield)
+        finally:
+            if identity_from_nodeid(report.nodeid) is not None:
+                slim_report(report)
+
     # ---------------------------------------------------------------- the end
 
     def pytest_keyboard_interrupt(self, excinfo):
@@ -475,6 +487,20 @@ def arm_proof_lines(every: list[dict]) -> list[str]:
         else:
             lines.append(f"arm {arm}: not proven (no cell of this arm finished)")
     return lines
+
+
+SECTION_KEEP = 2000  # characters of each captured-output section a failed cell's report keeps (its end)
+
+
+def slim_report(report) -> None:
+    """A cell's report as the terminal needs it at the session's end: the outcome, the
+    failure line (CellFailed's one line; a harness error's traceback is kept whole) and the
+    end of what was captured, for a failure only. The record is in results.jsonl."""
+    report.user_properties = []
+    if report.passed or report.skipped:
+        report.sections = []
+    else:
+        report.sections = [(title, text[-SECTION_KEEP:]) for title, text in report.sections]
 
 
 def identity_from_nodeid(nodeid: str) -> dict | None:
