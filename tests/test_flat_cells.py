@@ -156,3 +156,26 @@ def test_lost_events_fall_back_to_what_changed_since_the_start(tmp_path):
     (run / "during.txt").write_text("x")
     watch.overflowed = True  # as when the kernel's queue overflowed
     assert watch.changed() == ["during.txt"]
+
+
+def test_the_spend_so_far_reads_only_what_was_appended_since_it_was_last_asked(tmp_path, monkeypatch):
+    run = rundir.RunDir(tmp_path)
+    for n in range(200):
+        run.record_spend(f"c{n}", 0.01)
+    assert run.spent() == pytest.approx(2.0)
+    read = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, size, offset: read.append(size) or real_pread(fd, size, offset))
+    run.record_spend("last", 0.5)
+    assert run.spent() == pytest.approx(2.5)
+    assert sum(read) == len(json.dumps({"cell": "last", "cost_usd": 0.5}) + "\n")  # not the 200 lines before
+    with open(run.spend_path, "a") as ledger:  # a line still being written counts once it is whole
+        ledger.write('{"cell": "torn", "cost_usd": 1')
+    assert run.spent() == pytest.approx(2.5)
+    with open(run.spend_path, "a") as ledger:
+        ledger.write('.0}\n')
+    assert run.spent() == pytest.approx(3.5)
+    replaced = tmp_path / "new-ledger"
+    replaced.write_text(json.dumps({"cell": "x", "cost_usd": 0.25}) + "\n")
+    replaced.replace(run.spend_path)  # another file in its place: read again whole
+    assert run.spent() == pytest.approx(0.25)
