@@ -19,6 +19,7 @@ kept rounds.
     python bench/vs_script.py run --cells 64 --at-once 4,16,32 --agent-seconds 3 --repeat 3
     python bench/vs_script.py rescore --cells 1000 --at-once 4
     python bench/vs_script.py collect --cells 10000
+    python bench/vs_script.py peak --cells 1000,10000 [--failing]   the controller's peak memory
     ... --plugin-mode xdist    N cells at once as N xdist workers (default: one process, --ponybench-at-once N)
 
 The original script is read at run time from ../shared/seed/run.py.txt beside the checkout
@@ -410,6 +411,20 @@ def rescore(bench: Bench, args) -> None:
         print(line("script", script, None, args.cells) + "  (in-process, unisolated checks)")
 
 
+def peak(bench: Bench, args) -> None:
+    """The plugin alone at each of --cells (comma-separated), the stand-in answering at once:
+    the controller's peak memory and the CPU per cell of the whole run."""
+    for cells in [int(n) for n in str(args.cells_list).split(",")]:
+        wait_for_quiet(args.quiet_load, args.max_wait)
+        at_once = int(args.at_once.split(",")[0])
+        f = bench.plugin(cells, at_once, 0)
+        outcome = "failing" if args.failing else "passing"
+        print(f"{cells} {outcome} cells, {at_once} at once: controller peak {f.get('peak_mb', 0):.0f} MB, "
+              f"wall {f['wall']:.1f} s, CPU {f['cpu'] / cells * 1000:.0f} ms/cell, "
+              f"others used {f['other'] / max(f['wall'], 1e-9):.2f} cores meanwhile"
+              + (f"  EXIT {f['code']}" if f["code"] not in (0, 1) else ""), flush=True)
+
+
 def collect(bench: Bench, args) -> None:
     for attempt in range(args.repeat):
         f = bench.plugin(args.cells, 1, 0, "--co")
@@ -419,8 +434,8 @@ def collect(bench: Bench, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("run", "rescore", "collect"))
-    parser.add_argument("--cells", type=int, default=80)
+    parser.add_argument("what", choices=("run", "rescore", "collect", "peak"))
+    parser.add_argument("--cells", default="80", help="cells (peak: comma-separated, e.g. 1000,10000)")
     parser.add_argument("--at-once", default="4", help="comma-separated: cells at once (xdist workers / script threads)")
     parser.add_argument("--agent-seconds", type=float, default=0.0)
     parser.add_argument("--repeat", type=int, default=1)
@@ -447,6 +462,7 @@ def main() -> None:
     parser.add_argument("--plugin-mode", choices=("pool", "xdist"), default="pool",
                         help="N cells at once as one process (--ponybench-at-once N) or N xdist workers")
     args = parser.parse_args()
+    args.cells_list, args.cells = args.cells, int(args.cells.split(",")[0])
     become_subreaper()
     print(f"plugin {args.plugin_root.resolve()} ({args.plugin_mode}); {os.cpu_count()} cores; "
           f"load {os.getloadavg()[0]:.1f}")
@@ -454,7 +470,7 @@ def main() -> None:
         # Every Python process of both sides then compiles its modules (and pytest rewrites the
         # plugin's) from source: about 0.5 s more per pytest process than on a usual machine.
         print("note: PYTHONDONTWRITEBYTECODE is set; unset it to measure what a user's machine does")
-    what = {"run": run_matrix, "rescore": rescore, "collect": collect}[args.what]
+    what = {"run": run_matrix, "rescore": rescore, "collect": collect, "peak": peak}[args.what]
     if args.workdir is not None:  # kept: a rescore can reuse its runs
         args.workdir.mkdir(parents=True, exist_ok=True)
         what(Bench(args, args.workdir.resolve()), args)

@@ -280,11 +280,15 @@ def seal_result(record: dict, key: bytes | None) -> dict:
     return record
 
 
+SHARED_MAX = 200  # characters: values up to this long are kept once per read (they repeat)
+
+
 def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
     """The cell records of a results file. A line that is garbage, not a record (`{}`), or
     (with a key) not sealed by it is skipped and `warn` gets one sentence naming the file and
     line; the `mac` field is taken off what is returned."""
     kept = []
+    shared: dict[str, str] = {}
     for number, record in _jsonl_lines(path):
         problem = results_line_problem(record)
         if problem is None and key is not None:
@@ -300,7 +304,10 @@ def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
             if warn is not None:
                 warn(f"{path} line {number} skipped: {problem}")
             continue
-        kept.append({k: v for k, v in record.items() if k != MAC_FIELD})
+        # One copy of each key and of each short value that repeats (task, arm, status, a
+        # failure line): 10,000 records read back for the summary held each key 10,000 times.
+        kept.append({shared.setdefault(k, k): (shared.setdefault(v, v) if type(v) is str and len(v) <= SHARED_MAX else v)
+                     for k, v in record.items() if k != MAC_FIELD})
     return kept
 
 

@@ -180,3 +180,15 @@ def test_the_spend_so_far_reads_only_what_was_appended_since_it_was_last_asked(t
     replaced.write_text(json.dumps({"cell": "x", "cost_usd": 0.25}) + "\n")
     replaced.replace(run.spend_path)  # another file in its place: read again whole
     assert run.spent() == pytest.approx(0.25)
+
+
+def test_records_read_back_share_their_keys_and_repeated_values(tmp_path):
+    path = tmp_path / "results.jsonl"
+    lines = [{"cell": f"add__baseline__haiku__{n}", "task": "add", "arm": "baseline", "model": "haiku",
+              "status": "finished", "failure": "incorrect: add(2, 3) is not 5", "workspace": f"/runs/x/{n}"}
+             for n in range(3)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first, second, _ = rundir.read_results_file(path, None)
+    assert first == lines[0] and second == lines[1]
+    assert first["failure"] is second["failure"] and first["task"] is second["task"]
+    assert all(a is b for a, b in zip(first, second))  # the keys, once
