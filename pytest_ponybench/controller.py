@@ -497,6 +497,7 @@ def slim_report(report) -> None:
     failure line (CellFailed's one line; a harness error's traceback is kept whole) and the
     end of what was captured, for a failure only. The record is in results.jsonl."""
     report.user_properties = []
+    report.keywords = {}  # the item's keywords (its node names, marks): read by -k at collection, not here
     if report.passed or report.skipped:
         report.sections = []
     else:

@@ -488,7 +488,7 @@ def test_the_controller_keeps_no_record_in_the_reports_and_items_it_holds(projec
     reprec = pytester.inline_run(*pp.bench_args(root, "--runs=2"))
     cell_reports = [r for r in reprec.getreports("pytest_runtest_logreport") if "__baseline__" in r.nodeid]
     assert {r.when for r in cell_reports} == {"setup", "call", "teardown"}
-    assert all(r.user_properties == [] for r in cell_reports)
+    assert all(r.user_properties == [] and r.keywords == {} for r in cell_reports)
     failed = [r for r in cell_reports if r.failed]
     assert len(failed) == 2 and all("incorrect: add(2, 3) is not 5" in str(r.longrepr) for r in failed)
     items = [call.item for call in reprec.getcalls("pytest_runtest_protocol") if "__baseline__" in call.item.nodeid]
