@@ -369,7 +369,9 @@ def run_matrix(bench: Bench, args) -> None:
             noisy = [n for n in names if disturbed(one[n], args.max_other)]
             if noisy or any(one[n]["code"] not in (0, None) for n in names):
                 discarded += 1
-                print("  discarded: " + "; ".join(
+                print("  discarded (figures shown, not counted): " + ", ".join(
+                    f"{n} wall {one[n]['wall']:.2f} s CPU {one[n]['cpu']:.2f} s" for n in names), flush=True)
+                print("    why: " + "; ".join(
                     f"{n} {one[n]['other'] / max(one[n]['wall'], 1e-9):.2f} cores used by others"
                     + (f", EXIT {one[n]['code']}: {one[n]['tail'][-300:]!r}" if one[n]["code"] else "")
                     for n in names if n in noisy or one[n]["code"]), flush=True)
