@@ -408,6 +408,15 @@ class Controller:
         finally:
             if identity_from_nodeid(report.nodeid) is not None:
                 slim_report(report)
+                self.forget_quiet_report(report)
+
+    def forget_quiet_report(self, report) -> None:
+        """The terminal keeps a passed setup or teardown report (category "") only to count
+        nothing: it prints no line for one. Two of them a cell, 20,000 at 10,000 cells."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        quiet = getattr(reporter, "stats", {}).get("") if reporter is not None else None
+        if report.when != "call" and report.passed and quiet and quiet[-1] is report:
+            quiet.pop()
 
     # ---------------------------------------------------------------- the end
 

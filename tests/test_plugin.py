@@ -495,3 +495,6 @@ def test_the_controller_keeps_no_record_in_the_reports_and_items_it_holds(projec
     assert len(items) == 2 and all(item.user_properties == [] for item in items)
     records = pp.results(pp.only_run_dir(root))
     assert len(records) == 2 and all(r["failure"].startswith("incorrect") for r in records)
+    # The terminal keeps no passed setup or teardown report of a cell (it prints nothing for one).
+    reporter = reprec._pluginmanager.get_plugin("terminalreporter")
+    assert reporter.stats.get("failed") and not [r for r in reporter.stats.get("", []) if "__baseline__" in r.nodeid]
