@@ -11,7 +11,8 @@ harness and from cells running beside it), whatever the size of the run.
 A process lists the run directory once (the first watch of that run), to learn which
 folders beside the workspaces were made by something other than the harness (an agent of an
 earlier session): a write into one of them is watched too. Where inotify is missing (not
-Linux) or the kernel's event queue overflowed, the answer comes from a listing, as before.
+Linux), the user has no inotify instance or watch left, or the kernel's event queue
+overflowed, the answer comes from a listing, as before.
 
 What the harness itself writes there (workspace.harness_entry) is never reported.
 """
@@ -105,17 +106,19 @@ class Watch:
             self.before = self._listing()
             return
         self.fd, self.before = fd, None
-        self._add("")
+        if not self._add(""):  # no watch left (fs.inotify.max_user_watches): list instead
+            self.close()
+            self.before = self._listing()
+            return
         for name in foreign_dirs(self.run_dir, is_harness):
             self._add(name)
 
-    def _add(self, name: str) -> None:
+    def _add(self, name: str) -> bool:
         path = os.fsencode(str(self.run_dir / name) if name else str(self.run_dir))
         wd = _LIBC.inotify_add_watch(self.fd, path, MASK | IN_ONLYDIR | IN_DONT_FOLLOW)
         if wd >= 0:
             self.watched[wd] = name
-        elif not name:
-            raise OSError(ctypes.get_errno(), f"cannot watch the run directory {self.run_dir}")
+        return wd >= 0
 
     def _drain(self) -> None:
         while True:

@@ -192,3 +192,22 @@ def test_records_read_back_share_their_keys_and_repeated_values(tmp_path):
     assert first == lines[0] and second == lines[1]
     assert first["failure"] is second["failure"] and first["task"] is second["task"]
     assert all(a is b for a, b in zip(first, second))  # the keys, once
+
+
+def test_no_watch_left_falls_back_to_a_listing(tmp_path, monkeypatch):
+    if not beside.available():
+        pytest.skip("inotify is Linux's")
+    run = tmp_path / "run"
+    run.mkdir()
+
+    class NoWatches:  # the user's inotify watches are all taken (fs.inotify.max_user_watches)
+        inotify_init1 = staticmethod(beside._LIBC.inotify_init1)
+
+        @staticmethod
+        def inotify_add_watch(*args):
+            return -1
+
+    monkeypatch.setattr(beside, "_LIBC", NoWatches)
+    watch = workspace.watch_beside(run)
+    (run / "escaped.txt").write_text("x")
+    assert watch.changed() == ["escaped.txt"]
