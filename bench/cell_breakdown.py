@@ -90,7 +90,7 @@ def main() -> None:
 
         for module, name, label in [
             (workspace, "fresh", "fresh workspace"), (workspace, "seed", "seed"),
-            (workspace, "outside_snapshot", "snapshot beside"), (agent, "run", "agent start+wait"),
+            (workspace, "watch_beside", "watch beside"), (agent, "run", "agent start+wait"),
             (agent, "bound_file", "bound transcript"), (agent, "read_transcript", "transcript"),
             (checks, "run_checks", "checks (all axes)"), (metrics, "cell_stats", "metrics"),
             (rundir.RunDir, "record_spend", "spend ledger"), (cell, "_write_json", "record files"),

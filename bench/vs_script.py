@@ -1,15 +1,25 @@
 #!/usr/bin/env python3
-"""The plugin against the original script it replaced, on the same stand-in CLI
-(tests/fakes/fake_claude.py) and the same one-task matrix, run interleaved. Prints wall
-time, CPU (every process of the run, reaped here), the share of the ideal wall time and, for
-the plugin, the controller's peak memory; asserts nothing. `run` also prints the floor: the
-stand-in started as often with no harness at all (it is a Python program, about 55 ms of CPU
-a start on the 2-core machine this was written on), so what each harness adds is plain.
+"""The plugin against the original script it replaced, on the same stand-in CLI and the
+same one-task matrix. Prints wall time, CPU (every process of the run, reaped here), the
+share of the ideal wall time and, for the plugin, the controller's peak memory; asserts
+nothing. `run` also measures the floor: the stand-in started as often with no harness at
+all, so what each harness adds is plain ("harness CPU beyond the floor").
+
+The stand-in (--stand-in) is by default a small C program built here at run time with the
+machine's C compiler (near-free to start: it prints the stream-json lines, writes the file,
+sleeps --agent-seconds), or tests/fakes/fake_claude.py (a Python start, about 55 ms of CPU).
+
+Figures a reader can trust: before each round it waits for a quiet machine (1-minute load
+under --quiet-load, at most --max-wait s); a round runs the three sides in a new shuffled
+order; a round in which the rest of the machine used more than --max-other cores (from
+/proc/stat) is discarded and run again; medians are printed with [lowest-highest] of the
+kept rounds.
 
     python bench/vs_script.py run --cells 80 --at-once 4 [--agent-seconds 0] [--repeat 2]
-    python bench/vs_script.py run --cells 64 --at-once 4,16,32 --agent-seconds 3
+    python bench/vs_script.py run --cells 64 --at-once 4,16,32 --agent-seconds 3 --repeat 3
     python bench/vs_script.py rescore --cells 1000 --at-once 4
     python bench/vs_script.py collect --cells 10000
+    python bench/vs_script.py peak --cells 1000,10000 [--failing]   the controller's peak memory
     ... --plugin-mode xdist    N cells at once as N xdist workers (default: one process, --ponybench-at-once N)
 
 The original script is read at run time from ../shared/seed/run.py.txt beside the checkout
@@ -25,9 +35,11 @@ import ctypes
 import json
 import math
 import os
+import random
 import resource
 import shlex
 import subprocess
+import statistics
 import sys
 import tempfile
 import textwrap
@@ -99,18 +111,104 @@ def reap_orphans(timeout: float = 10.0) -> None:
             time.sleep(0.05)  # an orphan still exiting; bench only, not the harness
 
 
+def machine_busy() -> float:
+    """CPU seconds every process of the machine has used since boot (/proc/stat), or NaN."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return math.nan
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for_quiet(load: float, max_wait: float) -> None:
+    """Wait (at most `max_wait` s) until the 1-minute load average is under `load`: other
+    work on the machine shows up in every figure. Says so when it gave up waiting."""
+    deadline = time.monotonic() + max_wait
+    while os.getloadavg()[0] >= load and time.monotonic() < deadline:
+        time.sleep(5)
+    if os.getloadavg()[0] >= load:
+        print(f"  (machine not quiet: load {os.getloadavg()[0]:.2f} after {max_wait:.0f} s; "
+              f"disturbed measurements are still discarded)", flush=True)
+
+
 def measure(argv: list[str], cwd: Path, env: dict, peak_file: Path | None = None) -> dict:
+    """Wall and CPU (this process's reaped children) of one command, and `other`: the CPU
+    seconds the rest of the machine used meanwhile, which tells a disturbed measurement."""
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0 = machine_busy()
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.perf_counter() - start
     reap_orphans()
+    busy1 = machine_busy()
     usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
-    figures = {"wall": wall, "cpu": cpu, "code": done.returncode, "tail": done.stdout[-1500:]}
+    figures = {"wall": wall, "cpu": cpu, "code": done.returncode, "tail": done.stdout[-1500:],
+               "other": max(busy1 - busy0 - cpu, 0.0)}
     if peak_file is not None and peak_file.exists():
         figures["peak_mb"] = int(peak_file.read_text()) / 1024
     return figures
+
+
+# A stand-in CLI that costs almost nothing to start: C, built here with the machine's C
+# compiler (never committed as a binary). It answers `--version`, writes the task's file into
+# its working directory, prints the stream-json lines the real CLI prints (init, one
+# assistant message, the result) and sleeps PONYBENCH_STANDIN_SLEEP seconds before the result.
+STANDIN_C = r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+static const char *FILE_TEXT = %(text)s;
+int main(int argc, char **argv) {
+    const char *model = "claude-haiku-4-5-20251001";
+    char cwd[4096];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--version")) { puts("2.1.328 (Claude Code)"); return 0; }
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[i + 1];
+    }
+    if (!getcwd(cwd, sizeof cwd)) strcpy(cwd, ".");
+    FILE *out = fopen("add.py", "w");
+    if (out) { fputs(FILE_TEXT, out); fclose(out); }
+    printf("{\"type\": \"system\", \"subtype\": \"init\", \"claude_code_version\": \"2.1.328\", "
+           "\"model\": \"%%s\", \"tools\": [\"Read\", \"Write\", \"Edit\", \"Glob\", \"Grep\"], "
+           "\"plugins\": [{\"name\": \"builtin-thing\", \"path\": \"builtin\", \"source\": \"builtin\"}], "
+           "\"cwd\": \"%%s\", \"permissionMode\": null, \"skills\": []}\n", model, cwd);
+    printf("{\"type\": \"assistant\", \"message\": {\"id\": \"msg_1\", \"role\": \"assistant\", "
+           "\"usage\": {\"input_tokens\": 100, \"output_tokens\": 20}, "
+           "\"content\": [{\"type\": \"text\", \"text\": \"Working on it.\"}]}}\n");
+    fflush(stdout);
+    const char *nap = getenv("PONYBENCH_STANDIN_SLEEP");
+    double seconds = nap ? atof(nap) : 0.0;
+    if (seconds > 0) {
+        struct timespec t = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+        nanosleep(&t, NULL);
+    }
+    printf("{\"type\": \"result\", \"subtype\": \"success\", \"is_error\": false, \"result\": \"Done.\", "
+           "\"num_turns\": 2, \"duration_ms\": 1500, \"duration_api_ms\": 1200, \"total_cost_usd\": 0.0123, "
+           "\"usage\": {\"input_tokens\": 100, \"output_tokens\": 20}, "
+           "\"modelUsage\": {\"%%s\": {\"costUSD\": 0.0123}}, \"permission_denials\": [], "
+           "\"stop_reason\": \"end_turn\"}\n", model);
+    return 0;
+}
+'''
+
+
+def build_standin(folder: Path, text: str) -> Path:
+    """The compiled stand-in, built with cc/gcc into `folder`; SystemExit naming what to do
+    when there is no C compiler."""
+    import shutil as _shutil
+
+    compiler = _shutil.which("cc") or _shutil.which("gcc")
+    if compiler is None:
+        raise SystemExit("--stand-in c needs a C compiler (cc or gcc) on PATH; or use --stand-in python")
+    source = folder / "standin.c"
+    source.write_text(STANDIN_C % {"text": json.dumps(text)})
+    binary = folder / "claude"
+    subprocess.run([compiler, "-O2", "-o", str(binary), str(source)], check=True)
+    return binary
 
 
 # The plugin's controller, reporting its own peak memory (ru_maxrss of this process only).
@@ -149,20 +247,24 @@ class Bench:
             checks={"correct": CORRECT, "safe": SAFE}, good=GOOD, bad=BAD))
         bin_dir = tmp / "bin"
         bin_dir.mkdir(exist_ok=True)
-        (bin_dir / "claude").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE))} \"$@\"\n")
-        (bin_dir / "claude").chmod(0o755)
-        self.claude = bin_dir / "claude"
+        if args.stand_in == "c":
+            self.claude = build_standin(bin_dir, BAD if args.failing else GOOD)
+        else:
+            (bin_dir / "claude").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE))} \"$@\"\n")
+            (bin_dir / "claude").chmod(0o755)
+            self.claude = bin_dir / "claude"
         self.cache = tmp / "proof-cache"
 
     def env(self, agent_seconds: float) -> dict:
-        spec = {"write": {"add.py": GOOD}}
+        spec = {"write": {"add.py": BAD if self.args.failing else GOOD}}
         if agent_seconds > 0:
             spec.update(mode="sleep_then_ok", sleep=agent_seconds)
         fake_json = self.tmp / "fake.json"
         fake_json.write_text(json.dumps(spec))
         env = {**os.environ, "PONYBENCH_FAKE": str(fake_json), "ANTHROPIC_API_KEY": "fake", "IS_SANDBOX": "1",
                "PATH": f"{self.claude.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               "PYTHONPATH": str(self.plugin_root), "PONYBENCH_CACHE_DIR": str(self.cache)}
+               "PYTHONPATH": str(self.plugin_root), "PONYBENCH_CACHE_DIR": str(self.cache),
+               "PONYBENCH_STANDIN_SLEEP": str(agent_seconds)}
         for var in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST"):
             env.pop(var, None)
         return env
@@ -234,26 +336,63 @@ def line(name: str, f: dict, ideal: float | None = None, cells: int | None = Non
     return text
 
 
+def spread(values: list[float], fmt: str = ".0f") -> str:
+    """The median, then [lowest-highest] of the kept measurements."""
+    if not values:
+        return "-"
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
+def disturbed(figures: dict, max_other: float) -> bool:
+    """Whether the rest of the machine used more than `max_other` cores on average while this
+    ran (NaN where /proc/stat is missing: never called disturbed)."""
+    return figures["other"] / max(figures["wall"], 1e-9) > max_other
+
+
 def run_matrix(bench: Bench, args) -> None:
     if not args.cold_gate:  # as after any earlier session with the same library
         warm = bench.plugin(1, 1, 0)
         print(f"(warm-up: one cell, the instruments proven and cached: wall {warm['wall']:.2f} s)")
+    sides = {"plugin": bench.plugin, "script": bench.script, "floor": bench.floor}
+    order = random.Random(args.seed)
     for at_once in [int(n) for n in args.at_once.split(",")]:
         ideal = math.ceil(args.cells / at_once) * args.agent_seconds if args.agent_seconds else None
         print(f"{args.cells} cells, {at_once} at once, agent {args.agent_seconds:g} s"
               + (f" (ideal {ideal:.0f} s)" if ideal else ""), flush=True)
-        for attempt in range(args.repeat):
-            plugin = bench.plugin(args.cells, at_once, args.agent_seconds)
-            script = bench.script(args.cells, at_once, args.agent_seconds)
-            floor = bench.floor(args.cells, at_once, args.agent_seconds)
-            print(line("plugin", plugin, ideal, args.cells))
-            print(line("script", script, ideal, args.cells))
-            print(line("floor", floor, ideal, args.cells) + "  (the stand-in alone, no harness)")
-            print(f"  ratio plugin/script: wall {plugin['wall'] / script['wall']:.2f}, "
-                  f"CPU {plugin['cpu'] / max(script['cpu'], 1e-9):.2f}; harness beyond the floor: "
-                  f"plugin {plugin['wall'] - floor['wall']:+.2f} s wall, {(plugin['cpu'] - floor['cpu']) / args.cells * 1000:.0f} ms CPU/cell; "
-                  f"script {script['wall'] - floor['wall']:+.2f} s wall, {(script['cpu'] - floor['cpu']) / args.cells * 1000:.0f} ms CPU/cell",
+        kept: list[dict] = []
+        discarded = 0
+        while len(kept) < args.repeat and discarded < args.max_discards:
+            wait_for_quiet(args.quiet_load, args.max_wait)
+            names = list(sides)
+            order.shuffle(names)  # interleaved, in a new order each round: drift hits every side
+            one = {name: sides[name](args.cells, at_once, args.agent_seconds) for name in names}
+            noisy = [n for n in names if disturbed(one[n], args.max_other)]
+            if noisy or any(one[n]["code"] not in (0, None) for n in names):
+                discarded += 1
+                print("  discarded (figures shown, not counted): " + ", ".join(
+                    f"{n} wall {one[n]['wall']:.2f} s CPU {one[n]['cpu']:.2f} s" for n in names), flush=True)
+                print("    why: " + "; ".join(
+                    f"{n} {one[n]['other'] / max(one[n]['wall'], 1e-9):.2f} cores used by others"
+                    + (f", EXIT {one[n]['code']}: {one[n]['tail'][-300:]!r}" if one[n]["code"] else "")
+                    for n in names if n in noisy or one[n]["code"]), flush=True)
+                continue
+            kept.append(one)
+            print("  kept: " + ", ".join(f"{n} wall {one[n]['wall']:.2f} s CPU {one[n]['cpu']:.2f} s" for n in names),
                   flush=True)
+        print(f"  {len(kept)} kept, {discarded} discarded (others above {args.max_other:g} cores, or a failed run)")
+        for name in sides:
+            walls = [k[name]["wall"] for k in kept]
+            cpu = [k[name]["cpu"] / args.cells * 1000 for k in kept]
+            text = f"  {name:7} wall {spread(walls, '.2f')} s  CPU {spread(cpu)} ms/cell"
+            if name != "floor":
+                beyond = [(k[name]["cpu"] - k["floor"]["cpu"]) / args.cells * 1000 for k in kept]
+                text += f"  harness CPU beyond the floor {spread(beyond)} ms/cell"
+            if ideal:
+                text += f"  {spread([ideal / w * 100 for w in walls])}% of ideal"
+            peaks = [k[name]["peak_mb"] for k in kept if "peak_mb" in k[name]]
+            if peaks:
+                text += f"  controller peak {spread(peaks)} MB"
+            print(text, flush=True)
 
 
 def rescore(bench: Bench, args) -> None:
@@ -274,6 +413,20 @@ def rescore(bench: Bench, args) -> None:
         print(line("script", script, None, args.cells) + "  (in-process, unisolated checks)")
 
 
+def peak(bench: Bench, args) -> None:
+    """The plugin alone at each of --cells (comma-separated), the stand-in answering at once:
+    the controller's peak memory and the CPU per cell of the whole run."""
+    for cells in [int(n) for n in str(args.cells_list).split(",")]:
+        wait_for_quiet(args.quiet_load, args.max_wait)
+        at_once = int(args.at_once.split(",")[0])
+        f = bench.plugin(cells, at_once, 0)
+        outcome = "failing" if args.failing else "passing"
+        print(f"{cells} {outcome} cells, {at_once} at once: controller peak {f.get('peak_mb', 0):.0f} MB, "
+              f"wall {f['wall']:.1f} s, CPU {f['cpu'] / cells * 1000:.0f} ms/cell, "
+              f"others used {f['other'] / max(f['wall'], 1e-9):.2f} cores meanwhile"
+              + (f"  EXIT {f['code']}" if f["code"] not in (0, 1) else ""), flush=True)
+
+
 def collect(bench: Bench, args) -> None:
     for attempt in range(args.repeat):
         f = bench.plugin(args.cells, 1, 0, "--co")
@@ -283,8 +436,8 @@ def collect(bench: Bench, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("run", "rescore", "collect"))
-    parser.add_argument("--cells", type=int, default=80)
+    parser.add_argument("what", choices=("run", "rescore", "collect", "peak"))
+    parser.add_argument("--cells", default="80", help="cells (peak: comma-separated, e.g. 1000,10000)")
     parser.add_argument("--at-once", default="4", help="comma-separated: cells at once (xdist workers / script threads)")
     parser.add_argument("--agent-seconds", type=float, default=0.0)
     parser.add_argument("--repeat", type=int, default=1)
@@ -296,9 +449,22 @@ def main() -> None:
                              "rescore reuses the runs it finds there")
     parser.add_argument("--cold-gate", action="store_true",
                         help="no warm-up: the first plugin run proves every instrument (no cached proofs)")
+    parser.add_argument("--stand-in", choices=("c", "python"), default="c",
+                        help="the stand-in CLI: a small C program built here at run time (near-free to start), "
+                             "or tests/fakes/fake_claude.py (a Python start, about 55 ms of CPU)")
+    parser.add_argument("--failing", action="store_true",
+                        help="the stand-in writes a wrong add(): every cell fails (the controller keeps failure reports)")
+    parser.add_argument("--quiet-load", type=float, default=1.0,
+                        help="wait before each round until the 1-minute load average is under this")
+    parser.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for a quiet machine")
+    parser.add_argument("--max-other", type=float, default=0.3,
+                        help="discard a round in which the rest of the machine used more than this many cores")
+    parser.add_argument("--max-discards", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=1, help="of the sides' order in each round")
     parser.add_argument("--plugin-mode", choices=("pool", "xdist"), default="pool",
                         help="N cells at once as one process (--ponybench-at-once N) or N xdist workers")
     args = parser.parse_args()
+    args.cells_list, args.cells = args.cells, int(args.cells.split(",")[0])
     become_subreaper()
     print(f"plugin {args.plugin_root.resolve()} ({args.plugin_mode}); {os.cpu_count()} cores; "
           f"load {os.getloadavg()[0]:.1f}")
@@ -306,7 +472,7 @@ def main() -> None:
         # Every Python process of both sides then compiles its modules (and pytest rewrites the
         # plugin's) from source: about 0.5 s more per pytest process than on a usual machine.
         print("note: PYTHONDONTWRITEBYTECODE is set; unset it to measure what a user's machine does")
-    what = {"run": run_matrix, "rescore": rescore, "collect": collect}[args.what]
+    what = {"run": run_matrix, "rescore": rescore, "collect": collect, "peak": peak}[args.what]
     if args.workdir is not None:  # kept: a rescore can reuse its runs
         args.workdir.mkdir(parents=True, exist_ok=True)
         what(Bench(args, args.workdir.resolve()), args)

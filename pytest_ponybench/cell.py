@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -157,9 +158,11 @@ def set_aside(ws: Path, record: dict) -> None:
 
 def next_attempt_dir(ws: Path) -> Path:
     """`<cell>.attempt-N` beside the workspace, N one more than any kept before."""
-    taken = [int(p.name.rsplit(ATTEMPT_SUFFIX, 1)[1]) for p in ws.parent.glob(f"{ws.name}{ATTEMPT_SUFFIX}*")
-             if p.name.rsplit(ATTEMPT_SUFFIX, 1)[1].isdigit()]
-    return ws.with_name(f"{ws.name}{ATTEMPT_SUFFIX}{max(taken, default=0) + 1}")
+    # Tried in turn, never by a glob: a glob lists the whole run directory, every cell's.
+    number = 1
+    while os.path.lexists(ws.with_name(f"{ws.name}{ATTEMPT_SUFFIX}{number}")):
+        number += 1
+    return ws.with_name(f"{ws.name}{ATTEMPT_SUFFIX}{number}")
 
 
 def retry_wait(ctx: CellContext, attempt: int) -> float:
@@ -217,9 +220,11 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     env = agent.agent_env(ctx.hook.pytest_ponybench_agent_env(cell=cell, workspace=ws))
     if ctx.confine:
         argv = agent.confine(argv, ws, env)
-    before = workspace.outside_snapshot(ctx.run_dir.path)
-    outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
-    changed_beside = workspace.changed_entries(before, workspace.outside_snapshot(ctx.run_dir.path))
+    watch = workspace.watch_beside(ctx.run_dir.path)
+    try:
+        outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
+    finally:
+        changed_beside = watch.changed()  # also closes the watch when the run raised
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)

@@ -437,6 +437,27 @@ class Controller:
                 self.progress.progress.skip()
                 self.progress.update()
 
+    @pytest.hookimpl(wrapper=True, specname="pytest_runtest_logreport")
+    def pytest_runtest_logreport_slimmed(self, report):
+        """After every plugin has read a cell's report (the results file above, --junitxml,
+        xdist), keep only what the terminal prints at the end: pytest keeps every report until
+        the session ends, and a record in each (twice: call and teardown) made the controller
+        grow with the run."""
+        try:
+            return (yield)
+        finally:
+            if identity_from_nodeid(report.nodeid) is not None:
+                slim_report(report)
+                self.forget_quiet_report(report)
+
+    def forget_quiet_report(self, report) -> None:
+        """The terminal keeps a passed setup or teardown report (category "") only to count
+        nothing: it prints no line for one. Two of them a cell, 20,000 at 10,000 cells."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        quiet = getattr(reporter, "stats", {}).get("") if reporter is not None else None
+        if report.when != "call" and report.passed and quiet and quiet[-1] is report:
+            quiet.pop()
+
     # ---------------------------------------------------------------- the end
 
     def pytest_keyboard_interrupt(self, excinfo):
@@ -526,6 +547,21 @@ def arm_proof_lines(every: list[dict]) -> list[str]:
         else:
             lines.append(f"arm {arm}: not proven (no cell of this arm finished)")
     return lines
+
+
+SECTION_KEEP = 2000  # characters of each captured-output section a failed cell's report keeps (its end)
+
+
+def slim_report(report) -> None:
+    """A cell's report as the terminal needs it at the session's end: the outcome, the
+    failure line (CellFailed's one line; a harness error's traceback is kept whole) and the
+    end of what was captured, for a failure only. The record is in results.jsonl."""
+    report.user_properties = []
+    report.keywords = {}  # the item's keywords (its node names, marks): read by -k at collection, not here
+    if report.passed or report.skipped:
+        report.sections = []
+    else:
+        report.sections = [(title, text[-SECTION_KEEP:]) for title, text in report.sections]
 
 
 def identity_from_nodeid(nodeid: str) -> dict | None:

@@ -16,7 +16,7 @@ import pytest
 
 from . import fleet, library, options, pool, procs, rounds, rundir
 from .cell import Cell, CellContext, read_identity
-from .collect import EvalsDir, TaskFile, TasksDir, arm_placeholder
+from .collect import CellItem, EvalsDir, TaskFile, TasksDir, arm_placeholder
 from .rundir import KEY_INPUT, RunDir, max_pause
 from .spec import ArmSpec, SpecError, TaskSpec, load_arms, model_ids, resolve_model
 
@@ -407,6 +407,17 @@ def pytest_collection_finish(session):
 def pytest_runtest_protocol(item, nextitem):
     """Under xdist the pool may start the cell this worker runs next (pool.py)."""
     setattr(item, pool.NEXT_ITEM_ATTR, nextitem)
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")
+def pytest_runtest_protocol_forget(item, nextitem):
+    """Once a cell's reports are made, its item forgets the record (its user_properties): the
+    session keeps every item to its end, and the record is in results.jsonl by then."""
+    try:
+        return (yield)
+    finally:
+        if isinstance(item, CellItem):
+            item.user_properties.clear()
 
 
 @pytest.hookimpl(tryfirst=True)

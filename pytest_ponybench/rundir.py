@@ -362,11 +362,15 @@ def seal_result(record: dict, key: bytes | None) -> dict:
     return record
 
 
+SHARED_MAX = 200  # characters: values up to this long are kept once per read (they repeat)
+
+
 def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
     """The cell records of a results file. A line that is garbage, not a record (`{}`), or
     (with a key) not sealed by it is skipped and `warn` gets one sentence naming the file and
     line; the `mac` field is taken off what is returned."""
     kept = []
+    shared: dict[str, str] = {}
     for number, record in _jsonl_lines(path):
         problem = results_line_problem(record)
         if problem is None and key is not None:
@@ -382,7 +386,10 @@ def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
             if warn is not None:
                 warn(f"{path} line {number} skipped: {problem}")
             continue
-        kept.append({k: v for k, v in record.items() if k != MAC_FIELD})
+        # One copy of each key and of each short value that repeats (task, arm, status, a
+        # failure line): 10,000 records read back for the summary held each key 10,000 times.
+        kept.append({shared.setdefault(k, k): (shared.setdefault(v, v) if type(v) is str and len(v) <= SHARED_MAX else v)
+                     for k, v in record.items() if k != MAC_FIELD})
     return kept
 
 
@@ -409,6 +416,8 @@ class RunDir:
         self.key_problem = "" if key is not None else "no key was loaded for this run"
         self.max_pause = MAX_PAUSE  # the longest pause this run's harness writes (plugin sets it)
         self.refused_lines: list[str] = []  # results.jsonl lines skipped, one sentence each
+        self._ledger = (None, 0, 0.0)  # spent(): (the ledger file's identity, bytes read, their total)
+        self._ledger_lock = threading.Lock()  # pool threads ask at once
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -604,8 +613,37 @@ class RunDir:
     def spent(self) -> float:
         """Dollars recorded by every finished cell of this run so far, earlier sessions
         included. The ledger sits in the run directory, where anyone may write: a line that is
-        garbage or whose cost is negative, non-finite or not a number counts for nothing."""
-        return ledger_total(read_jsonl(self.spend_path))
+        garbage or whose cost is negative, non-finite or not a number counts for nothing.
+
+        Read incrementally: the progress line asks after every cell, and reading the whole
+        ledger each time made a run quadratic. Only the lines appended since the last call are
+        read; a ledger replaced or shortened (not the harness's doing) is read again whole."""
+        with self._ledger_lock:
+            try:
+                fd = os.open(self.spend_path, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                self._ledger = (None, 0, 0.0)
+                return 0.0
+            try:
+                info = os.fstat(fd)
+                identity, offset, total = self._ledger
+                if identity != (info.st_dev, info.st_ino) or info.st_size < offset:
+                    identity, offset, total = (info.st_dev, info.st_ino), 0, 0.0
+                chunk = os.pread(fd, max(info.st_size - offset, 0), offset) if info.st_size > offset else b""
+            finally:
+                os.close(fd)
+            whole = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written is read next time
+            entries = []
+            for line in whole.decode("utf-8", "replace").splitlines():
+                try:
+                    entry = json.loads(line) if line.strip() else None
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    entries.append(entry)
+            total += ledger_total(entries)
+            self._ledger = (identity, offset + len(whole), total)
+            return total
 
 
 def ledger_total(entries, skip=frozenset()) -> float:

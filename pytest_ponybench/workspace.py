@@ -13,6 +13,7 @@ import shutil
 import stat
 from pathlib import Path
 
+from . import beside
 from .metrics import git
 from .rundir import read_record, records_dir, write_record
 from .spec import HARNESS_PREFIX, TaskSpec
@@ -129,33 +130,23 @@ def fresh(workspace: Path) -> None:
 
 # Entries of a run directory that the harness itself writes: everything else that appears or
 # changes there while an agent runs was written by that agent, outside its workspace. Cell
-# workspaces (and copies a resume kept aside) are directories named like a cell id; any other
-# name with "__" in it (an agent's `../__init__.py`) is the agent's.
-CELL_DIR_RE = re.compile(r"^[^_][^/]*?__[^/]+?__[^/]+?__\d+(\.stale-[\w-]+)?$")
+# workspaces (and copies a resume kept aside, and a retried cell's earlier attempts) are
+# directories named like a cell id; any other name with "__" in it (an agent's
+# `../__init__.py`) is the agent's.
+CELL_DIR_RE = re.compile(r"^[^_][^/]*?__[^/]+?__[^/]+?__\d+(\.stale-[\w-]+|\.attempt-\d+)?$")
 
 
-def _harness_entry(name: str, mode: int) -> bool:
+def harness_entry(name: str, mode: int) -> bool:
     if stat.S_ISDIR(mode) and CELL_DIR_RE.match(name):
         return True
     return name.startswith((HARNESS_PREFIX, "results.", "summary.", "report."))
 
 
-def outside_snapshot(run_dir: Path) -> dict[str, tuple]:
-    """What sits beside the workspaces (the run directory's own entries, cells excluded)."""
-    seen = {}
-    for entry in Path(run_dir).iterdir():
-        try:
-            info = entry.lstat()
-        except OSError:
-            continue
-        if not _harness_entry(entry.name, info.st_mode):
-            seen[entry.name] = (info.st_mode, info.st_size, info.st_mtime_ns)
-    return seen
-
-
-def changed_entries(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
-    """Names that appeared or changed between two snapshots (who did it is blame()'s question)."""
-    return sorted(name for name, stat in after.items() if before.get(name) != stat)
+def watch_beside(run_dir: Path) -> beside.Watch:
+    """Started before an agent runs: `.changed()` after it gives the names beside the
+    workspaces that appeared or changed meanwhile, harness entries left out (beside.py: the
+    kernel's events on Linux, no listing of the run)."""
+    return beside.Watch(run_dir, harness_entry)
 
 
 def blame(workspace: Path, changed_beside: list[str], written: list[str], exclusive: bool) -> list[str]:

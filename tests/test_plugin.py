@@ -478,3 +478,23 @@ def test_collect_only_lists_cells_without_the_gate_or_a_run_directory(project, p
     result = pytester.runpytest(*pp.bench_args(root, "--collect-only"))
     result.stdout.fnmatch_lines(["*add__baseline__haiku__0*"])
     assert pp.run_dirs(root) == [] and pp.calls(root) == []
+
+
+def test_the_controller_keeps_no_record_in_the_reports_and_items_it_holds(project, pytester):
+    """pytest keeps every report and item to the session's end: a cell's record in them made
+    the controller grow with the run. The record is in results.jsonl; the reports keep the
+    outcome and the failure line the terminal prints."""
+    root = project(write={"add.py": "def add(a, b):\n    return a - b\n"})
+    reprec = pytester.inline_run(*pp.bench_args(root, "--runs=2"))
+    cell_reports = [r for r in reprec.getreports("pytest_runtest_logreport") if "__baseline__" in r.nodeid]
+    assert {r.when for r in cell_reports} == {"setup", "call", "teardown"}
+    assert all(r.user_properties == [] and r.keywords == {} for r in cell_reports)
+    failed = [r for r in cell_reports if r.failed]
+    assert len(failed) == 2 and all("incorrect: add(2, 3) is not 5" in str(r.longrepr) for r in failed)
+    items = [call.item for call in reprec.getcalls("pytest_runtest_protocol") if "__baseline__" in call.item.nodeid]
+    assert len(items) == 2 and all(item.user_properties == [] for item in items)
+    records = pp.results(pp.only_run_dir(root))
+    assert len(records) == 2 and all(r["failure"].startswith("incorrect") for r in records)
+    # The terminal keeps no passed setup or teardown report of a cell (it prints nothing for one).
+    reporter = reprec._pluginmanager.get_plugin("terminalreporter")
+    assert reporter.stats.get("failed") and not [r for r in reporter.stats.get("", []) if "__baseline__" in r.nodeid]

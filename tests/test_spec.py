@@ -420,3 +420,27 @@ def test_plugin_versions_rank_as_releases_then_by_age(tmp_path):
         (cache / "mkt" / "small-diff" / version).mkdir(parents=True)
     found = spec.resolve_plugin_dir(PLUGIN_ARM, tmp_path / "arms", cache, {})
     assert Path(found).name == "1.10.0"  # not "1.9.0" (string order), nor the hash folder
+
+
+def test_a_spec_text_is_parsed_once_per_process_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
+    from pytest_ponybench import spec
+
+    parses = []
+    real = spec.YAML_LOADER
+
+    def counting(text):
+        parses.append(text)
+        return real(text)
+
+    monkeypatch.setattr(spec, "YAML_LOADER", counting)
+    monkeypatch.setattr(spec, "_parsed", {})
+    text = "description: once\nlist: [1, 2]\n"
+    first = spec.load_yaml(text, tmp_path / "a.yaml")
+    first["list"].append(3)  # a caller that changes what it got changes nobody else's
+    second = spec.load_yaml(text, tmp_path / "b.yaml")
+    assert second == {"description": "once", "list": [1, 2]}
+    second["list"].append(4)
+    assert spec.load_yaml(text, tmp_path / "c.yaml") == {"description": "once", "list": [1, 2]}
+    assert len(parses) == 1
+    spec.load_yaml(text + "more: 1\n", tmp_path / "a.yaml")  # an edited file is parsed again
+    assert len(parses) == 2
