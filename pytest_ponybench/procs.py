@@ -186,6 +186,14 @@ class _Server:
 
     def __init__(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # One request is one datagram, so the send buffer bounds its size: the default (about
+        # 200 kB) is less than a confined agent's argv on a machine with many entries in /tmp.
+        for option in (getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF):
+            try:
+                ours.setsockopt(socket.SOL_SOCKET, option, MESSAGE_LIMIT)
+                break
+            except OSError:  # not root: SO_SNDBUF, capped by net.core.wmem_max
+                continue
         env = environ_snapshot()
         # The server must find this package even where the environment's PYTHONPATH lacks it.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_PARENT, env.get("PYTHONPATH")]))
