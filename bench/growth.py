@@ -28,40 +28,45 @@ sys.path.insert(0, str(HERE / "bench"))
 from cell_breakdown import ADD  # noqa: E402  the same small task
 
 
+class _CountedEntries:
+    """What os.scandir returns, counting each entry as it is read."""
+
+    def __init__(self, counter: "Counter", inner):
+        self.counter, self.inner = counter, inner
+
+    def __iter__(self):
+        for entry in self.inner:
+            self.counter.entries += 1
+            yield entry
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.inner.close()
+
+    def close(self):
+        self.inner.close()
+
+
 class Counter:
-    """Wraps os.scandir and os.listdir, counting the entries they give."""
+    """Wraps os.scandir and os.listdir, counting the entries they give (tests/test_flat_cells
+    counts with it too)."""
 
     def __init__(self):
         self.entries = 0
         self._scandir, self._listdir = os.scandir, os.listdir
 
+    def scandir(self, *args):
+        return _CountedEntries(self, self._scandir(*args))
+
+    def listdir(self, *args):
+        names = self._listdir(*args)
+        self.entries += len(names)
+        return names
+
     def install(self):
-        counter = self
-
-        class Counted:
-            def __init__(self, *args):
-                self.inner = counter._scandir(*args)
-
-            def __iter__(self):
-                for entry in self.inner:
-                    counter.entries += 1
-                    yield entry
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                self.inner.close()
-
-            def close(self):
-                self.inner.close()
-
-        def listdir(*args):
-            names = counter._listdir(*args)
-            counter.entries += len(names)
-            return names
-
-        os.scandir, os.listdir = Counted, listdir
+        os.scandir, os.listdir = self.scandir, self.listdir
 
 
 def fill(run_dir: Path, size: int, rundir) -> None:

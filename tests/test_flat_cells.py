@@ -1,5 +1,6 @@
 """A cell's own work does not grow with the run: no listing of the run directory per cell
 (beside.py watches it instead), and what the watch reports is what a listing would."""
+import importlib.util
 import json
 import os
 import sys
@@ -31,39 +32,13 @@ refs:
 """
 
 
-class EntryCounter:
-    """Counts the directory entries this process reads (os.scandir and os.listdir)."""
-
-    def __init__(self, monkeypatch):
-        self.entries = 0
-        real_scandir, real_listdir = os.scandir, os.listdir
-        counter = self
-
-        class Counted:
-            def __init__(self, *args):
-                self.inner = real_scandir(*args)
-
-            def __iter__(self):
-                for entry in self.inner:
-                    counter.entries += 1
-                    yield entry
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                self.inner.close()
-
-            def close(self):
-                self.inner.close()
-
-        def listdir(*args):
-            names = real_listdir(*args)
-            counter.entries += len(names)
-            return names
-
-        monkeypatch.setattr(os, "scandir", Counted)
-        monkeypatch.setattr(os, "listdir", listdir)
+def entry_counter():
+    """bench/growth.py's counter of the directory entries this process reads: the test and
+    the figures it guards count alike."""
+    loader = importlib.util.spec_from_file_location("_ponybench_bench_growth", REPO / "bench" / "growth.py")
+    growth = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(growth)
+    return growth.Counter()
 
 
 def entries_read_by_one_cell(tmp_path, monkeypatch, others: int) -> int:
@@ -85,7 +60,9 @@ def entries_read_by_one_cell(tmp_path, monkeypatch, others: int) -> int:
     arm = spec.ArmSpec(name="baseline", path=None)
     # The first cell of a process may list the run once (beside.foreign_dirs): not per cell.
     cell.run_cell(cell.Cell(task, arm, "haiku", "claude-haiku-4-5-20251001", 0), ctx)
-    counter = EntryCounter(monkeypatch)
+    counter = entry_counter()
+    monkeypatch.setattr(os, "scandir", counter.scandir)
+    monkeypatch.setattr(os, "listdir", counter.listdir)
     record = cell.run_cell(cell.Cell(task, arm, "haiku", "claude-haiku-4-5-20251001", 1), ctx)
     monkeypatch.undo()
     assert record["passed"], record["failure"]
