@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import graders, procs
+from . import graders, procs, sandbox
 
 if TYPE_CHECKING:  # the check child imports this module: keep it free of the spec's YAML
     from .spec import TaskSpec
@@ -97,11 +97,17 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
             if reference is not None:  # its own copy: a check's code cannot change another's reference
                 own_reference = str(scratch / "reference" / workspace.name)
                 shutil.copytree(reference, own_reference, symlinks=True)
-            verdict = scratch / "verdict.json"
+            # The verdict's folder is the harness's alone (0700): the check opens the file
+            # before it drops to the untrusted user, who can neither find nor write it.
+            private = scratch / "private"
+            private.mkdir(mode=0o700)
+            verdict = private / "verdict.json"
             calls.append({"function": "pytest_ponybench.checks:run_here",
                           "args": [checks[axis], str(verdict), entry or "", own_reference],
                           "cwd": str(cwd), "timeout": timeout,
-                          "result": str(verdict), "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT})
+                          "result": str(verdict), "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT,
+                          "sandbox": _view(scratch, workspace, [cwd, own_reference] if in_copies else [],
+                                           transcript)})
         proc = procs.start_calls(calls, env=env, max_file_size=FILE_SIZE_LIMIT, stdin=subprocess.DEVNULL)
         procs.wait_or_kill(proc, len(calls) * (timeout + SUPERVISOR_ALLOWANCE))
     return {axis: _verdict(axis, timeout, proc.results[i] if i < len(proc.results) else None,
@@ -109,7 +115,38 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
             for i, axis in enumerate(axes)}
 
 
+def _view(scratch: Path, workspace: Path, writable: list, transcript: Path | None) -> dict:
+    """What a check call sees (sandbox.enter_view): its scratch folder, its copies writable,
+    the run directory (the kept workspace's parent: other cells, results.jsonl, the ledger)
+    and the run-key folder hidden, the transcript shown read-only."""
+    from .rundir import key_dir  # here, in the harness: the check's process never needs it
+
+    return {"scratch": str(scratch), "writable": [str(w) for w in writable if w],
+            "hide": [str(Path(workspace).resolve().parent), str(key_dir())],
+            "show": [str(transcript)] if transcript is not None else []}
+
+
+def _limits_said(report: dict | None) -> str:
+    """What the call's cgroup says it ran into, as the end of a sentence ("" for nothing)."""
+    hit = (report or {}).get("limits") or {}
+    said = []
+    if hit.get("memory"):
+        said.append(f"its memory limit ({int(hit.get('memory_bytes') or 0) // (1024 * 1024)} MiB: "
+                    f"a process was killed for it)")
+    if hit.get("pids"):
+        said.append(f"its limit of {hit.get('pids_max')} processes (a fork was refused)")
+    return f"; the check's processes ran into {' and '.join(said)}" if said else ""
+
+
 def _verdict(axis: str, timeout: float, report: dict | None, graders_only: bool = False) -> Verdict:
+    verdict = _verdict_of_report(axis, timeout, report, graders_only)
+    limits = _limits_said(report)
+    if limits and not verdict.ok:
+        return Verdict(False, verdict.reason + limits, verdict.check, verdict.instrument)
+    return verdict
+
+
+def _verdict_of_report(axis: str, timeout: float, report: dict | None, graders_only: bool = False) -> Verdict:
     """A check's verdict from what its supervisor reported (None: it never reported).
     `graders_only`: the check is an imported case's graders, which run no agent code."""
     if report is not None and report.get("timed_out") and graders_only:
@@ -183,6 +220,9 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "") -> N
     helper API, then its named checks in order, write the verdict, leave at once."""
     from . import checklib  # with its imports, before an agent's json.py or http.py can shadow them
 
+    verdict_fd = _open_verdict(verdict_path)
+    if sandbox.IN_SANDBOX:  # from here on, nothing this process does is the harness's
+        sandbox.become_untrusted()
     sys.dont_write_bytecode = True  # no __pycache__ left in the kept workspace
     checklib.WORKSPACE = Path.cwd()  # the module was imported once, in the fork server's directory
     checklib.REFERENCE = Path(reference) if reference else None
@@ -197,12 +237,27 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "") -> N
         verdict = {"ok": False, "reason": _reason(exc)}
     finally:
         checklib.cleanup()
-    tmp = verdict_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(verdict, fh)
-    os.replace(tmp, verdict_path)
+    _write_verdict(verdict_fd, verdict)
     sys.stdout.flush()
     os._exit(0)  # skip atexit handlers the agent's code may have registered
+
+
+def _open_verdict(path: str) -> int:
+    """The verdict file, opened while the check's process is still the harness's user (before
+    `sandbox.become_untrusted`), in a folder only that user may enter, without following a
+    link: code that guesses the path can neither find nor write it, and nothing planted there
+    redirects the write. (Code running in this very process can still reach the descriptor:
+    that goes when the agent's code runs in a process of its own.)"""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _write_verdict(fd: int, verdict: dict) -> None:
+    data = json.dumps(verdict).encode("utf-8")
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    while data:
+        data = data[os.write(fd, data):]
+    os.close(fd)
 
 
 if __name__ == "__main__":  # by hand: python -m pytest_ponybench.checks CHECK.py VERDICT.json [ENTRY]

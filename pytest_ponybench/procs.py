@@ -46,6 +46,8 @@ import sys
 import threading
 import time
 
+from . import sandbox
+
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
@@ -622,6 +624,8 @@ def _wait_with_deadline(pid: int, timeout: float) -> tuple[int, bool]:
 
 def _one_call(message: dict, call: dict, fds: list[int]) -> dict:
     """Fork and wait for one call of `start_calls`; what is reported of it."""
+    if call.get("sandbox") is not None and sandbox.support().active:
+        return _one_sandboxed_call(message, call, fds)
     output = None
     if call.get("output"):
         try:
@@ -638,6 +642,79 @@ def _one_call(message: dict, call: dict, fds: list[int]) -> dict:
     sweep()  # what the call left running: servers it started, setsid escapees
     tail = output_tail(call["output"], int(call.get("tail") or 0)) if output is not None else ""
     return {"code": code, "timed_out": timed_out, "result": _read_result(call.get("result")), "tail": tail}
+
+
+def _open_output(call: dict) -> tuple[int | None, dict | None]:
+    """The call's output file, opened here (by the harness's user), or why it cannot be."""
+    if not call.get("output"):
+        return None, None
+    try:
+        return os.open(call["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), None
+    except OSError as exc:  # this call cannot run; the next ones still do
+        return None, {"code": 127, "timed_out": False, "result": None,
+                      "tail": f"ponybench: cannot open the call's output file: {exc}"}
+
+
+def _one_sandboxed_call(message: dict, call: dict, fds: list[int]) -> dict:
+    """One call in the sandbox (see `sandbox`): a cgroup, then an init cloned into new PID and
+    mount namespaces that builds the call's mount view and forks the call's process. The
+    call's whole tree is the namespace: killing the init at the deadline kills it all, and
+    when the call's process ends the init exits and the kernel kills what it left."""
+    output, failed = _open_output(call)
+    if failed is not None:
+        return failed
+    group = None
+    try:
+        if not sandbox.support().cgroup:
+            group = sandbox.CallCgroup.create(str(len(_calls_done)))
+    except OSError:
+        group = None  # limits are missing for this call only: it still runs in its namespaces
+    streams = [fds[0], *([output, output] if output is not None else fds[1:3])]
+    pid = sandbox.clone_namespaces()
+    if pid == 0:
+        _init_of_call(message, call, streams, group)
+    if output is not None:
+        os.close(output)
+    code, timed_out = _wait_with_deadline(pid, float(call["timeout"]))
+    sweep()  # nothing is left (the namespace died with its init); one system call to be sure
+    hit = {}
+    if group is not None:
+        hit = group.hit()
+        group.remove()
+    _calls_done.append(pid)
+    tail = output_tail(call["output"], int(call.get("tail") or 0)) if output is not None else ""
+    report = {"code": code, "timed_out": timed_out, "result": _read_result(call.get("result")), "tail": tail}
+    if any(hit.values()):
+        report["limits"] = {**hit, "memory_bytes": sandbox.MEMORY_LIMIT, "pids_max": sandbox.PIDS_LIMIT}
+    return report
+
+
+_calls_done: list[int] = []  # the sandboxed calls of this supervisor so far (names their cgroups)
+
+
+def _init_of_call(message: dict, call: dict, streams: list[int], group) -> None:
+    """pid 1 of a call's namespace: dies with the supervisor, joins the call's cgroup, builds
+    the mount view, forks the call's process and reaps until it ends. Never returns."""
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _name("pony-init")
+        if group is not None:
+            group.join()
+        sandbox.enter_view(call["sandbox"])
+        child = os.fork()
+        if child == 0:
+            sandbox.IN_SANDBOX = True
+            _call({**message, **call}, streams)
+        for fd in set(streams):  # the init holds nothing of the call's: its output ends with it
+            if fd > 2:
+                os.close(fd)
+        sandbox.run_init(child)
+    except BaseException as exc:
+        try:
+            os.write(streams[2], f"ponybench: cannot set up the check's sandbox: {exc}\n".encode())
+        except OSError:
+            pass
+        os._exit(125)
 
 
 def _run_calls(message: dict, fds: list[int], status: int) -> int:
@@ -689,6 +766,7 @@ def serve(sock_fd: int) -> None:
     _name("pony-server")
     for module in WARM_MODULES:
         __import__(module)
+    sandbox.support()  # found once here; every supervisor and check forked from here knows it
     # Every fork would otherwise copy the pages the collector touches in its first pass over
     # these long-lived objects: keep them out of its sight.
     gc.collect()
@@ -736,6 +814,7 @@ def serve(sock_fd: int) -> None:
             os.waitpid(pid, 0)
             if unswept:  # it died without its sweep: its orphans were re-parented here
                 sweep(spare=supervisors)
+                sandbox.remove_leftover_cgroups(pid)  # and without removing its calls' cgroups
 
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)

@@ -1,0 +1,505 @@
+"""The sandbox a check call runs in, on Linux as root; what is missing elsewhere, said once.
+
+A sandboxed call of `procs.start_calls` (a call with a `sandbox` view, as `checks` makes) is
+set up by the call's supervisor:
+
+- **its own PID namespace** (`clone` with CLONE_NEWPID): the first process in it is a tiny
+  init (pid 1 there) that reaps and, when the call's process ends, exits with its code. The
+  kernel kills every process of a namespace whose init dies, and the init itself dies with
+  the supervisor (PR_SET_PDEATHSIG). At the deadline the supervisor kills the init: the whole
+  tree goes, a process that forks and calls setsid in a loop included, with no scan of /proc.
+  Inside, /proc shows only the namespace: no ancestor can be found, let alone signalled.
+- **its own mount view** (CLONE_NEWNS): a private, size-capped tmpfs over the temporary
+  directory (other checks' copies and any run directory under it are not there), the call's
+  own scratch directory bound back; empty tmpfs over the run directory and the run-key
+  directory; the installed harness (the package, site-packages) read-only; the call's copy
+  (and its reference copy) writable through an overlay whose upper layer is a tmpfs of
+  `DISK_LIMIT` bytes, so what a check writes is capped in total, not only per file.
+- **a cgroup** (v1 `memory` and `pids` here; v2 where it is the only hierarchy and the
+  controllers are delegated): `MEMORY_LIMIT` bytes and `PIDS_LIMIT` processes, removed after
+  the call; what it hit is reported with the call and named in the verdict.
+- **its own unprivileged user**: `become_untrusted()`, called in the check's process before
+  any agent code runs (the copy is owned by `UNTRUSTED_UID`).
+
+Where a part is missing (not Linux, not root, a kernel or container without it),
+`support()` says which, checks run as before, and the run says so once (terminal header,
+`run.json`'s `sandbox` field).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import signal
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+
+# A fixed uid and gid for untrusted code: high, outside the ranges distributions hand out to
+# people (1000-60000) and system users (< 1000), and not 65534 (nobody), which daemons share.
+UNTRUSTED_UID = 64923
+UNTRUSTED_GID = 64923
+MEMORY_LIMIT = 1024 * 1024 * 1024  # bytes of memory of one check call's processes (tmpfs pages count)
+PIDS_LIMIT = 256  # processes of one check call at once
+DISK_LIMIT = 256 * 1024 * 1024  # bytes one check call may write, its copies and /tmp together
+HIDDEN_SIZE = 64 * 1024  # bytes of an empty tmpfs laid over what a check must not see
+IN_SANDBOX = False  # set in a check's process that runs in the sandbox (it then drops to UNTRUSTED_UID)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_NO_NEW_PRIVS = 38
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+
+
+# --- what this machine has -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Support:
+    namespaces: str = ""  # why PID and mount namespaces are missing ("" when present)
+    user: str = ""  # why the switch to UNTRUSTED_UID is missing
+    overlay: str = ""  # why the disk cap of the copy (an overlay on a tmpfs) is missing
+    cgroup: str = ""  # why memory and process limits are missing
+    cgroup_kind: str = ""  # "v1" or "v2" when present
+
+    @property
+    def active(self) -> bool:
+        """Whether check calls run sandboxed at all: namespaces and the user switch both."""
+        return not self.namespaces and not self.user
+
+    def missing(self) -> list[str]:
+        """One phrase per missing part, for the header and run.json."""
+        if not self.active:
+            return [f"no sandbox for checks ({self.namespaces or self.user})"]
+        said = []
+        if self.overlay:
+            said.append(f"no disk cap for a check's copy ({self.overlay})")
+        if self.cgroup:
+            said.append(f"no memory or process limits ({self.cgroup})")
+        return said
+
+    def describe(self) -> str:
+        """One line: what a check runs in here, and what it lacks."""
+        missing = self.missing()
+        if not self.active:
+            return (f"sandbox: {missing[0]}: checks run as this user, killed by a /proc sweep, "
+                    f"with a per-file size cap only")
+        base = (f"sandbox: checks run as uid {UNTRUSTED_UID} in their own PID and mount namespaces"
+                + (f", cgroup {self.cgroup_kind}" if not self.cgroup else ""))
+        return base + (f"; missing: {'; '.join(missing)}" if missing else "")
+
+    def as_record(self) -> dict:
+        """JSON-safe, for run.json: what was missing (an empty list: nothing)."""
+        return {"active": self.active, "cgroup": self.cgroup_kind or None, "missing": self.missing()}
+
+
+_support: Support | None = None
+FORCE_OFF_ENV = "PONYBENCH_NO_SANDBOX"  # "1": behave as where nothing is available (tests, bench)
+
+
+def support() -> Support:
+    """What this machine offers, found once per process by trying each part on a throwaway
+    child (a clone into new namespaces that mounts a tmpfs and an overlay and switches user)."""
+    global _support
+    if _support is None:
+        _support = _detect()
+    return _support
+
+
+def _detect() -> Support:
+    if os.environ.get(FORCE_OFF_ENV) == "1":
+        return Support(namespaces=f"${FORCE_OFF_ENV}=1", user=f"${FORCE_OFF_ENV}=1", overlay="off", cgroup="off")
+    if not sys.platform.startswith("linux"):
+        why = f"{sys.platform} is not Linux"
+        return Support(why, why, why, why)
+    if os.geteuid() != 0:
+        why = "not running as root"
+        return Support(why, why, why, why)
+    if _machine_clone_number() is None:
+        why = f"clone is not wired for {os.uname().machine}"
+        return Support(why, why, why, why)
+    namespaces = user = overlay = ""
+    probe = tempfile.mkdtemp(prefix="ponybench-sandbox-probe-")
+    try:
+        os.mkdir(os.path.join(probe, "low"))
+        os.mkdir(os.path.join(probe, "cap"))
+        try:
+            pid = clone_namespaces()
+        except OSError as exc:
+            namespaces = f"clone into new PID and mount namespaces: {exc.strerror}"
+            pid = None
+        if pid == 0:
+            os._exit(_probe_child(probe))
+        if pid is not None:
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            if code < 0 or code & 1:
+                namespaces = "a mount namespace cannot mount a tmpfs"
+            if code < 0 or code & 2:
+                user = f"cannot switch to uid {UNTRUSTED_UID}"
+            if code < 0 or code & 4:
+                overlay = "overlayfs cannot be mounted"
+    finally:
+        _remove_tree(probe)
+    cgroup, kind = _detect_cgroup()
+    return Support(namespaces, user, overlay, cgroup, kind)
+
+
+def _probe_child(probe: str) -> int:
+    code = 0
+    try:
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        _mount("tmpfs", os.path.join(probe, "cap"), "tmpfs", 0, "size=1m")
+    except OSError:
+        return 1 | 4
+    try:
+        cap = os.path.join(probe, "cap")
+        os.mkdir(os.path.join(cap, "u"))
+        os.mkdir(os.path.join(cap, "w"))
+        _mount("overlay", os.path.join(probe, "low"), "overlay", 0,
+               f"lowerdir={probe}/low,upperdir={cap}/u,workdir={cap}/w")
+    except OSError:
+        code |= 4
+    try:
+        become_untrusted()
+        if os.getuid() != UNTRUSTED_UID:
+            code |= 2
+    except OSError:
+        code |= 2
+    return code
+
+
+def _detect_cgroup() -> tuple[str, str]:
+    try:
+        group = CallCgroup.create("probe")
+    except OSError as exc:
+        return f"cgroup: {exc.strerror or exc}", ""
+    if group is None:
+        return "no cgroup hierarchy with memory and pids controllers this process may use", ""
+    group.remove()
+    return "", group.kind
+
+
+# --- the switch to the untrusted user ----------------------------------------------------------
+
+def become_untrusted() -> None:
+    """Make this process UNTRUSTED_UID (and its gid, no supplementary groups) for good, with
+    no way back through a setuid program (PR_SET_NO_NEW_PRIVS). Call it in a forked child,
+    after opening anything it must still write as the harness (a verdict file)."""
+    os.setgroups([])
+    os.setresgid(UNTRUSTED_GID, UNTRUSTED_GID, UNTRUSTED_GID)
+    os.setresuid(UNTRUSTED_UID, UNTRUSTED_UID, UNTRUSTED_UID)
+    if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def hand_over(root: str) -> None:
+    """Make UNTRUSTED_UID the owner of a disposable tree (a check's copy), links not followed."""
+    os.lchown(root, UNTRUSTED_UID, UNTRUSTED_GID)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(folder, name), UNTRUSTED_UID, UNTRUSTED_GID)
+
+
+# --- namespaces ---------------------------------------------------------------------------------
+
+_libc_handle = None
+_pylibc_handle = None
+
+
+def _libc():
+    global _libc_handle
+    if _libc_handle is None:
+        _libc_handle = ctypes.CDLL(None, use_errno=True)
+    return _libc_handle
+
+
+def _machine_clone_number() -> int | None:
+    return _SYS_CLONE.get(os.uname().machine)
+
+
+def clone_namespaces() -> int:
+    """fork(), but the child starts new PID and mount namespaces (pid 1 in its own). Python's
+    own before- and after-fork work runs around the raw system call, as in `os.fork`;
+    call it from a single-threaded process (a supervisor)."""
+    global _pylibc_handle
+    if _pylibc_handle is None:  # PyDLL: the GIL stays held across the system call, as in os.fork
+        _pylibc_handle = ctypes.PyDLL(None, use_errno=True)
+    number = _machine_clone_number()
+    if number is None:
+        raise OSError(38, "clone is not wired for this machine")
+    ctypes.pythonapi.PyOS_BeforeFork()
+    # x86_64 and aarch64 take (flags, stack, parent_tid, child_tid, tls): no stack means fork-like.
+    pid = _pylibc_handle.syscall(ctypes.c_long(number), ctypes.c_ulong(CLONE_NEWPID | CLONE_NEWNS | signal.SIGCHLD),
+                                 None, None, None, ctypes.c_ulong(0))
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, os.strerror(err))
+    return pid
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: None if s is None else s.encode())
+    if _libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {fstype or 'bind'} on {target}: {os.strerror(err)}")
+
+
+def _covered(path: str, covers: list[str]) -> bool:
+    return any(path == c or path.startswith(c.rstrip("/") + "/") for c in covers)
+
+
+def _make_mount_point(path: str, is_dir: bool) -> None:
+    if is_dir:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o444))
+
+
+def enter_view(view: dict) -> None:
+    """In a call's init (root, in its own mount namespace): build the call's mount view.
+
+    `view`: {"scratch": the call's own directory (its copies, output, private verdict dir),
+    "writable": directories to lay a capped overlay over (they are disposable copies, handed
+    to UNTRUSTED_UID), "hide": directories to cover with an empty tmpfs (the run directory,
+    the run-key directory), "show": files to bind back read-only at their own path (the
+    transcript, which lives in the hidden run directory)}. The temporary directory is
+    covered too (other checks' copies), and the installed harness made read-only."""
+    sup = support()
+    scratch = os.path.realpath(view["scratch"])
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # The capped layer: the upper layers of the copies' overlays live here.
+    cap = os.path.join(scratch, ".ponybench-cap")
+    os.makedirs(cap, mode=0o700, exist_ok=True)
+    _mount("tmpfs", cap, "tmpfs", MS_NOSUID | MS_NODEV, f"size={DISK_LIMIT},mode=0700")
+    for index, directory in enumerate(view.get("writable") or []):
+        directory = os.path.realpath(directory)
+        hand_over(directory)
+        if sup.overlay:
+            continue  # no overlay: the copy is written in place, capped per file only
+        upper, work = os.path.join(cap, f"u{index}"), os.path.join(cap, f"w{index}")
+        os.mkdir(upper)
+        os.mkdir(work)
+        os.chown(upper, UNTRUSTED_UID, UNTRUSTED_GID)  # the overlay's root takes the upper's owner
+        os.chmod(upper, os.stat(directory).st_mode & 0o7777)
+        _mount("overlay", directory, "overlay", MS_NOSUID | MS_NODEV,
+               f"lowerdir={directory},upperdir={upper},workdir={work}")
+    # Handles on what must stay reachable once the temporary directory is covered.
+    keep = {scratch: os.open(scratch, os.O_PATH | os.O_DIRECTORY)}
+    for path in view.get("show") or []:
+        real = os.path.realpath(path)
+        if os.path.isfile(real):
+            keep[real] = os.open(real, os.O_PATH)
+    tmp_dirs = sorted({os.path.realpath(tempfile.gettempdir()), "/tmp", "/dev/shm"})
+    covers = [d for d in tmp_dirs if os.path.isdir(d)]
+    for directory in covers:
+        _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={DISK_LIMIT},mode=1777")
+    hidden = []
+    for path in view.get("hide") or []:
+        real = os.path.realpath(path)
+        if os.path.isdir(real) and not _covered(real, covers):
+            _mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={HIDDEN_SIZE},mode=0755")
+            hidden.append(real)
+    for path, fd in keep.items():
+        if not _covered(path, covers + hidden):
+            continue
+        is_dir = path == scratch
+        _make_mount_point(path, is_dir)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        if not is_dir:
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+    for directory in _harness_dirs():
+        if os.path.isdir(directory) and not _covered(directory, covers + hidden):
+            _mount(directory, directory, None, MS_BIND | MS_REC)
+            _mount(None, directory, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    # A /proc of this namespace only: no ancestor's pid, environment or open files.
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _harness_dirs() -> list[str]:
+    package = os.path.dirname(os.path.abspath(__file__))
+    found = {package}
+    for key in ("purelib", "platlib"):
+        try:
+            found.add(os.path.realpath(sysconfig.get_paths()[key]))
+        except KeyError:
+            pass
+    return sorted(found)
+
+
+def run_init(child: int) -> None:
+    """The namespace's init: reap every process re-parented here; when `child` (the call's
+    process) ends, exit with its code, and the kernel kills whatever else is in the
+    namespace. Never returns."""
+    code = 126
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == child:
+                code = os.waitstatus_to_exitcode(status)
+                code = code if code >= 0 else 128 - code
+                break
+    except BaseException:
+        pass
+    os._exit(code)
+
+
+# --- cgroups --------------------------------------------------------------------------------------
+
+V1_ROOT = "/sys/fs/cgroup"
+
+
+def _own_cgroup_paths() -> dict[str, str]:
+    """This process's cgroup per controller ("" for the v2 hierarchy), from /proc/self/cgroup."""
+    paths: dict[str, str] = {}
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) == 3:
+                    for controller in parts[1].split(","):
+                        paths[controller] = parts[2]
+    except OSError:
+        pass
+    return paths
+
+
+@dataclass
+class CallCgroup:
+    """One check call's cgroup: made before the call, joined by its init, read and removed after."""
+
+    kind: str  # "v1" or "v2"
+    dirs: list[str]  # v1: the memory and the pids group; v2: the one group
+
+    @classmethod
+    def create(cls, tag: str) -> "CallCgroup | None":
+        """A new group below this process's own (so the machine's own accounting still holds
+        it), with the limits set; None where no usable hierarchy exists. Raises OSError when
+        one exists but cannot be written (not root, read-only in a container)."""
+        own = _own_cgroup_paths()
+        name = f"ponybench-{os.getpid()}-{tag}-{secrets.token_hex(3)}"
+        memory, pids = os.path.join(V1_ROOT, "memory"), os.path.join(V1_ROOT, "pids")
+        if "memory" in own and "pids" in own and os.path.isdir(memory) and os.path.isdir(pids):
+            dirs = [os.path.join(memory, own["memory"].lstrip("/"), name), os.path.join(pids, own["pids"].lstrip("/"), name)]
+            made = []
+            try:
+                for d in dirs:
+                    os.mkdir(d)
+                    made.append(d)
+                _write(os.path.join(dirs[0], "memory.limit_in_bytes"), str(MEMORY_LIMIT))
+                try:  # swap counts too where the kernel accounts it
+                    _write(os.path.join(dirs[0], "memory.memsw.limit_in_bytes"), str(MEMORY_LIMIT))
+                except OSError:
+                    pass
+                _write(os.path.join(dirs[1], "pids.max"), str(PIDS_LIMIT))
+            except OSError:
+                for d in reversed(made):
+                    _rmdir(d)
+                raise
+            return cls("v1", dirs)
+        if "" in own and os.path.isfile(os.path.join(V1_ROOT, "cgroup.controllers")):
+            parent = os.path.join(V1_ROOT, own[""].lstrip("/"))
+            try:
+                with open(os.path.join(parent, "cgroup.subtree_control"), encoding="utf-8") as fh:
+                    delegated = fh.read().split()
+            except OSError:
+                return None
+            if "memory" not in delegated or "pids" not in delegated:
+                return None
+            group = os.path.join(parent, name)
+            os.mkdir(group)
+            try:
+                _write(os.path.join(group, "memory.max"), str(MEMORY_LIMIT))
+                _write(os.path.join(group, "memory.swap.max"), "0")
+                _write(os.path.join(group, "pids.max"), str(PIDS_LIMIT))
+            except OSError:
+                _rmdir(group)
+                raise
+            return cls("v2", [group])
+        return None
+
+    def join(self) -> None:
+        """Move the calling process into the group (its children follow)."""
+        for d in self.dirs:
+            _write(os.path.join(d, "cgroup.procs"), "0")
+
+    def hit(self) -> dict:
+        """Which limits the call met: {"memory": bool, "pids": bool}."""
+        if self.kind == "v1":
+            oom = _field(os.path.join(self.dirs[0], "memory.oom_control"), "oom_kill")
+            if oom is None:
+                oom = _number(os.path.join(self.dirs[0], "memory.failcnt"))
+            return {"memory": bool(oom), "pids": bool(_field(os.path.join(self.dirs[1], "pids.events"), "max"))}
+        return {"memory": bool(_field(os.path.join(self.dirs[0], "memory.events"), "oom_kill")),
+                "pids": bool(_field(os.path.join(self.dirs[0], "pids.events"), "max"))}
+
+    def remove(self) -> None:
+        for d in reversed(self.dirs):
+            _rmdir(d)
+
+
+def remove_leftover_cgroups(supervisor: int) -> None:
+    """Remove the (empty) groups of a supervisor that died before removing them."""
+    own = _own_cgroup_paths()
+    prefix = f"ponybench-{supervisor}-"
+    for controller in ("memory", "pids", ""):
+        if controller not in own:
+            continue
+        parent = os.path.join(V1_ROOT, controller, own[controller].lstrip("/"))
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(prefix):
+                _rmdir(os.path.join(parent, name))
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _rmdir(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _field(path: str, key: str) -> int | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == key:
+                    return int(parts[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _number(path: str) -> int | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
