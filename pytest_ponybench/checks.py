@@ -106,8 +106,9 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
                           "args": [checks[axis], str(verdict), entry or "", own_reference],
                           "cwd": str(cwd), "timeout": timeout,
                           "result": str(verdict), "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT,
-                          "sandbox": _view(scratch, workspace, [cwd, own_reference] if in_copies else [],
-                                           transcript)})
+                          "sandbox": {**_view(scratch, workspace, [cwd, own_reference] if in_copies else [own_reference],
+                                                    transcript, in_place=[] if in_copies else [workspace]),
+                                      "home": env.get("HOME") or "", "path": env.get("PATH") or ""}})
         proc = procs.start_calls(calls, env=env, max_file_size=FILE_SIZE_LIMIT, stdin=subprocess.DEVNULL)
         procs.wait_or_kill(proc, len(calls) * (timeout + SUPERVISOR_ALLOWANCE))
     return {axis: _verdict(axis, timeout, proc.results[i] if i < len(proc.results) else None,
@@ -115,7 +116,7 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
             for i, axis in enumerate(axes)}
 
 
-def _view(scratch: Path, workspace: Path, writable: list, transcript: Path | None) -> dict:
+def _view(scratch: Path, workspace: Path, writable: list, transcript: Path | None, in_place=()) -> dict:
     """What a check call sees (sandbox.enter_view): its scratch folder, its copies writable,
     the run directory (the kept workspace's parent: other cells, results.jsonl, the ledger)
     and the run-key folder hidden, the transcript shown read-only."""
@@ -123,7 +124,7 @@ def _view(scratch: Path, workspace: Path, writable: list, transcript: Path | Non
 
     return {"scratch": str(scratch), "writable": [str(w) for w in writable if w],
             "hide": [str(Path(workspace).resolve().parent), str(key_dir())],
-            "show": [str(transcript)] if transcript is not None else []}
+            "show": [str(transcript)] if transcript is not None else [], "in_place": [str(w) for w in in_place]}
 
 
 def _limits_said(report: dict | None) -> str:

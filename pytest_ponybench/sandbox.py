@@ -269,7 +269,8 @@ def enter_view(view: dict) -> None:
 
     `view`: {"scratch": the call's own directory (its copies, output, private verdict dir),
     "writable": directories to lay a capped overlay over (they are disposable copies, handed
-    to UNTRUSTED_UID), "hide": directories to cover with an empty tmpfs (the run directory,
+    to UNTRUSTED_UID), "in_place": directories checked where they are (an overlay too, whose
+    writes never reach them), "hide": directories to cover with an empty tmpfs (the run directory,
     the run-key directory), "show": files to bind back read-only at their own path (the
     transcript, which lives in the hidden run directory)}. The temporary directory is
     covered too (other checks' copies), and the installed harness made read-only."""
@@ -292,8 +293,27 @@ def enter_view(view: dict) -> None:
         os.chmod(upper, os.stat(directory).st_mode & 0o7777)
         _mount("overlay", directory, "overlay", MS_NOSUID | MS_NODEV,
                f"lowerdir={directory},upperdir={upper},workdir={work}")
-    # Handles on what must stay reachable once the temporary directory is covered.
+    # A directory checked in place (not a copy): its overlay is handed over through the
+    # overlay itself, so the files are copied up into the capped layer and the original keeps
+    # its owner and content.
+    in_place = []
+    for index, directory in enumerate(view.get("in_place") or []):
+        directory = os.path.realpath(directory)
+        if sup.overlay:
+            continue  # no overlay: the check cannot write there (its files are not its user's)
+        upper, work = os.path.join(cap, f"pu{index}"), os.path.join(cap, f"pw{index}")
+        os.mkdir(upper)
+        os.mkdir(work)
+        os.chmod(upper, os.stat(directory).st_mode & 0o7777)
+        _mount("overlay", directory, "overlay", MS_NOSUID | MS_NODEV,
+               f"lowerdir={directory},upperdir={upper},workdir={work}")
+        hand_over(directory)
+        in_place.append(directory)
+    # Handles on what must stay reachable once the temporary directory is covered (opened
+    # after the overlays: a handle on a directory checked in place is on its overlay).
     keep = {scratch: os.open(scratch, os.O_PATH | os.O_DIRECTORY)}
+    for directory in in_place:
+        keep[directory] = os.open(directory, os.O_PATH | os.O_DIRECTORY)
     for path in view.get("show") or []:
         real = os.path.realpath(path)
         if os.path.isfile(real):
@@ -302,6 +322,9 @@ def enter_view(view: dict) -> None:
     covers = [d for d in tmp_dirs if os.path.isdir(d)]
     for directory in covers:
         _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={DISK_LIMIT},mode=1777")
+    home = _cover_home(view.get("home"), view.get("path") or "", covers)
+    if home:
+        covers.append(home)
     hidden = []
     for path in view.get("hide") or []:
         real = os.path.realpath(path)
@@ -311,7 +334,7 @@ def enter_view(view: dict) -> None:
     for path, fd in keep.items():
         if not _covered(path, covers + hidden):
             continue
-        is_dir = path == scratch
+        is_dir = path == scratch or path in in_place
         _make_mount_point(path, is_dir)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         if not is_dir:
@@ -323,6 +346,41 @@ def enter_view(view: dict) -> None:
             _mount(None, directory, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     # A /proc of this namespace only: no ancestor's pid, environment or open files.
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _cover_home(home: str | None, path: str, covers: list[str]) -> str:
+    """Cover the harness user's home when others may not enter it (root's /root, mode 0700):
+    its secrets (the CLI's credentials, the run keys, caches) are not there, and the untrusted
+    user gets an empty home of its own instead; the folders of it that hold the interpreter,
+    the harness and the programs on PATH (~/.pyenv, ~/.local, ~/.cargo, ...) are bound back
+    read-only. The covered home, or "" when it is left as it is."""
+    if not home:
+        return ""
+    home = os.path.realpath(home)
+    try:
+        mode = os.stat(home).st_mode
+    except OSError:
+        return ""
+    if home == "/" or mode & 0o001 or _covered(home, covers):
+        return ""  # others may enter it already: its files' own modes guard them
+    needed = [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable), os.path.dirname(os.path.dirname(__file__)),
+              *[p for p in path.split(os.pathsep) if p], *[p for p in sys.path if p]]
+    tops = set()
+    for item in needed:
+        real = os.path.realpath(item)
+        if _covered(real, [home]) and real != home:
+            top = os.path.join(home, os.path.relpath(real, home).split(os.sep)[0])
+            if os.path.isdir(top):
+                tops.add(top)
+    handles = {top: os.open(top, os.O_PATH | os.O_DIRECTORY) for top in sorted(tops)}
+    _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={DISK_LIMIT},mode=0700,uid={UNTRUSTED_UID},gid={UNTRUSTED_GID}")
+    for top, fd in handles.items():
+        _make_mount_point(top, True)
+        _mount(f"/proc/self/fd/{fd}", top, None, MS_BIND | MS_REC)
+        _mount(None, top, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+    return home
 
 
 def _harness_dirs() -> list[str]:

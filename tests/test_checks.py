@@ -82,20 +82,20 @@ def test_a_file_that_was_not_written(tmp_path):
 
 
 def test_agent_code_that_loops_times_out_and_dies(tmp_path):
-    ws = ws_with(tmp_path, {"impl.py": """
+    marker = f"pony-marker-{tmp_path.name}"
+    ws = ws_with(tmp_path, {"impl.py": f"""
         import os, subprocess, sys
-        child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        with open("pids.txt", "w") as fh:
-            fh.write(f"{os.getpid()} {child.pid}")
+        child = subprocess.Popen([sys.executable, "-c", "while True: pass", {marker!r}])
         while True:
             pass
     """})
     # 5 s, not 1: on a loaded 2-core machine the child may need more than a second just to
-    # start and write its pids; the loop never ends, so the deadline is what stops it.
-    verdict = check(ws, "load(FILE)", timeout=5)
+    # start; the loop never ends, so the deadline is what stops it.
+    with proc_watch.Sightings(marker) as seen:
+        verdict = check(ws, "load(FILE)", timeout=5)
     assert not verdict.ok
     assert verdict.reason == "correct check timed out after 5 s: the code under test looped or blocked"
-    assert_all_dead(pids_in(ws))
+    assert_none_marked_left(seen)
 
 
 def test_agent_code_that_calls_sys_exit_at_import(tmp_path):
@@ -112,19 +112,36 @@ def test_agent_code_that_calls_os_exit_at_import(tmp_path):
     assert verdict.reason.endswith(": leaving now")  # the last line of its output is kept
 
 
+def assert_none_marked_left(sightings: proc_watch.Sightings) -> None:
+    """The processes carrying the marker were seen while the check ran and none is left: a
+    check in its own PID namespace has pids of its own, so they are found by their argv."""
+    assert sightings.seen, "no process of the agent code was ever seen: the test would prove nothing"
+    survivors = proc_watch.wait_until_dead(proc_watch.marked(sightings.marker), timeout=2)
+    proc_watch.kill(survivors)
+    assert survivors == [], f"processes outlived the check: {survivors}"
+
+
 def test_a_child_forked_by_agent_code_does_not_survive_the_verdict(tmp_path):
-    ws = ws_with(tmp_path, {"impl.py": """
+    marker = f"pony-marker-{tmp_path.name}"
+    ws = ws_with(tmp_path, {"impl.py": f"""
         import subprocess, sys
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", {marker!r}])
         with open("pids.txt", "w") as fh:
             fh.write(str(child.pid))
 
         def add(a, b):
             return a + b
     """})
-    verdict = check(ws, "assert load(FILE).add(1, 2) == 3")
+    with proc_watch.Sightings(marker) as seen:
+        verdict = check(ws, """
+            import os, time
+            assert load(FILE).add(1, 2) == 3
+            time.sleep(0.5)  # long enough for the watch to see the child
+            child = open("pids.txt").read()
+            assert os.path.exists(f"/proc/{child}"), "the child never ran"
+        """)
     assert verdict == checks.Verdict(True, "ok")
-    assert_all_dead(pids_in(ws))
+    assert_none_marked_left(seen)
 
 
 def test_a_flood_of_output_is_bounded_and_still_gives_a_verdict(tmp_path):
@@ -181,19 +198,23 @@ HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 
 def test_a_check_can_start_the_agent_s_server_and_talk_to_it(tmp_path):
     ws = ws_with(tmp_path, {"server.py": SERVER})
-    verdict = check(ws, """
-        import json, sys
+    marker = f"pony-marker-{tmp_path.name}"
+    code = """
+        import json, sys, time
         port = free_port()
-        start_process([sys.executable, "server.py", port], port=port)
+        start_process([sys.executable, "server.py", port, MARKER], port=port)
         status, headers, body = http("GET", f"http://127.0.0.1:{port}/ping")
         assert (status, body) == (200, b"pong"), f"GET /ping gave {status} {body!r}"
         status, _, body = http("GET", f"http://127.0.0.1:{port}/missing")
         assert status == 404, f"an error status is returned, not raised: {status}"
         status, _, body = http("POST", f"http://127.0.0.1:{port}/echo", body={"a": 1})
         assert status == 201 and json.loads(body) == {"echo": {"a": 1}, "type": "application/json"}, body
-    """, entry="server.py", timeout=20)
+        time.sleep(0.5)  # long enough for the watch to see the server
+    """.replace("MARKER", repr(marker))
+    with proc_watch.Sightings(marker) as seen:
+        verdict = check(ws, code, entry="server.py", timeout=20)
     assert verdict == checks.Verdict(True, "ok")
-    assert_all_dead(pids_in(ws))  # the server was stopped with the check
+    assert_none_marked_left(seen)  # the server was stopped with the check
 
 
 def test_start_process_reports_a_program_that_dies_before_listening(tmp_path):

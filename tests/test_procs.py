@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import checks, procs
+from pytest_ponybench import checks, procs, sandbox
 from support import proc_watch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -409,6 +409,7 @@ def test_at_the_harness_s_deadline_the_calls_die_and_what_ended_is_kept(tmp_path
 
 
 def test_ps_tells_the_server_a_supervisor_and_a_check_apart(tmp_path):
+    # Unsandboxed (a call without a view): the check sees its supervisor and the server.
     probe = """
         import os
         def comm(pid):
@@ -417,5 +418,21 @@ def test_ps_tells_the_server_a_supervisor_and_a_check_apart(tmp_path):
         server = int(open(f"/proc/{supervisor}/stat").read().rsplit(")", 1)[1].split()[1])
         assert [comm("self"), comm(supervisor), comm(server)] == ["pony-check", "pony-supervisor", "pony-server"], \\
             [comm("self"), comm(supervisor), comm(server)]
+    """
+    proc, _ = run_calls([check_call(probe, tmp_path, tmp_path / "a")])
+    assert proc.results[0]["result"] == {"ok": True, "reason": "ok"}, proc.results
+
+
+def test_ps_tells_a_sandboxed_check_and_its_init_apart(tmp_path):
+    if not sandbox.support().active:
+        pytest.fail(f"this machine runs checks unsandboxed ({sandbox.support().describe()}): nothing to tell apart")
+    # In its namespace a check sees itself and its init (pid 1), nothing above.
+    probe = """
+        import os
+        def comm(pid):
+            return open(f"/proc/{pid}/comm").read().strip()
+        assert (os.getpid(), os.getppid()) == (2, 1), (os.getpid(), os.getppid())
+        assert [comm("self"), comm(1)] == ["pony-check", "pony-init"], [comm("self"), comm(1)]
+        assert sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1, 2]
     """
     assert checks.run_check(textwrap.dedent(probe), tmp_path, "correct", None, 30) == checks.Verdict(True, "ok")

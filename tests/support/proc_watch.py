@@ -71,3 +71,46 @@ def kill(pids) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def marked(marker: str) -> list[int]:
+    """Live processes whose command line holds `marker`. A process in a check's own PID
+    namespace has another pid there than here: a marker in its argv finds it from outside."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline and alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+class Sightings:
+    """Watch /proc in a thread for processes carrying `marker` while a block runs: the pids
+    seen, so that a later "none left" assertion is known to be about processes that existed."""
+
+    def __init__(self, marker: str):
+        import threading
+        self.marker = marker
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self.seen.update(marked(self.marker))
+            self._stop.wait(0.1)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
