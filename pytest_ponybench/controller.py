@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, cell as cells, fleet, instruments, library, progress, record as records, summary, tables
+from . import agent, cell as cells, fleet, instruments, library, progress, record as records, sandbox, summary, tables
 from .rundir import (KEY_INPUT, LEDGER_ROOM, RESULTS_ROOM, NotARunDir, RunDir, append_line, cost_history, disk_full,
                      disk_full_sentence, make_room, max_pause, seal_result, usd,
                      write_atomic)
@@ -217,9 +217,14 @@ def run_options(state, tasks: list) -> dict:
     }
 
 
+# Stored in run.json to say how the run was made, not what it is made of: a resume on a
+# machine without the sandbox is still the same run.
+NOT_COMPARED = {"sandbox"}
+
+
 def option_differences(stored: dict, wanted: dict) -> list[str]:
     return [f"{key}: the run has {stored.get(key)!r}, this resume {wanted.get(key)!r}"
-            for key in sorted(set(stored) | set(wanted)) if stored.get(key) != wanted.get(key)]
+            for key in sorted((set(stored) | set(wanted)) - NOT_COMPARED) if stored.get(key) != wanted.get(key)]
 
 
 class Controller:
@@ -300,7 +305,8 @@ class Controller:
             state.run_dir = RunDir.create(state.settings.dir)
             self.gathering = Gathering(state.run_dir)
         state.run_dir.max_pause = max_pause(state.settings)
-        state.run_dir.write_options(options)
+        # What the checks of this run ran in (sandbox.py), and what this machine lacked.
+        state.run_dir.write_options({**options, "sandbox": sandbox.support().as_record()})
 
     @staticmethod
     def open_run(path, flag: str) -> RunDir:
@@ -392,6 +398,8 @@ class Controller:
         if settings.rehearse:
             line += "; every dollar figure of a rehearsal is simulated"
         self.write(line)
+        if sandbox.support().missing():  # once, before the first cell: what checks run without here
+            self.write(f"ponybench: {sandbox.support().describe()}")
         # CLAUDE.md files and auto-memory are off in every cell (agent.ISOLATION_ENV); a
         # project's skills, agents and commands above the run directory are not.
         for setup in agent.setup_above(run_dir.path):

@@ -84,3 +84,22 @@ def test_a_fixture_that_climbs_out_of_fixtures_is_refused(tmp_path):
     assert "climb.yaml: field 'fixture': '../../' leaves" in done.stderr
     assert "$VARIABLE" in done.stderr
     assert pp.calls(root) == []
+
+
+def test_run_json_and_the_header_say_what_the_sandbox_lacks(tmp_path):
+    from pytest_ponybench import sandbox
+
+    root, env = project(tmp_path / "with")
+    done = pp.run_pytest(root, pp.bench_args(root), env)
+    assert done.returncode == 0, done.stdout[-2000:]
+    here = sandbox.support()
+    assert json.loads((pp.only_run_dir(root) / "run.json").read_text())["sandbox"] == here.as_record()
+    assert ("ponybench: sandbox:" in done.stdout) == bool(here.missing()), done.stdout[-2000:]
+    # Where nothing is available (forced here): one line, and run.json names what is missing.
+    root, env = project(tmp_path / "without")
+    done = pp.run_pytest(root, pp.bench_args(root), {**env, sandbox.FORCE_OFF_ENV: "1"})
+    assert done.returncode == 0, done.stdout[-2000:]
+    stored = json.loads((pp.only_run_dir(root) / "run.json").read_text())["sandbox"]
+    assert stored["active"] is False and stored["missing"] and "no sandbox for checks" in stored["missing"][0]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("ponybench: sandbox:")]
+    assert len(lines) == 1 and "no sandbox for checks" in lines[0], done.stdout[-2000:]
