@@ -296,13 +296,19 @@ def _spawn(message: dict, stdin=None, stdout=None, stderr=None, text: bool = Fal
 
 
 def start(argv: list[str], env: dict[str, str] | None = None, max_file_size: int | None = None,
-          cwd=None, stdin=None, stdout=None, stderr=None, text: bool = False) -> Child:
+          cwd=None, stdin=None, stdout=None, stderr=None, text: bool = False, pid_namespace: bool = False) -> Child:
     """Start `argv` under a supervisor in a new session. `env` is the program's environment
     (default: this process's); `max_file_size` caps every file it (and all it starts)
     writes, its output files included. The streams take what `subprocess.Popen` takes:
-    None (inherit), DEVNULL, a file or fd, PIPE (stdout only) and STDOUT (stderr only)."""
+    None (inherit), DEVNULL, a file or fd, PIPE (stdout only) and STDOUT (stderr only).
+
+    `pid_namespace`: where the sandbox has namespaces (sandbox.support()), the program runs
+    in a PID namespace of its own under a tiny init, so that when it ends (or the supervisor
+    is stopped, or dies) everything it started dies with the namespace, a process that keeps
+    forking and calling setsid included. Elsewhere it runs as without."""
     message = {"op": "exec", "argv": [str(a) for a in argv], "env": environ_snapshot() if env is None else dict(env),
-               "cwd": str(os.getcwd() if cwd is None else cwd), "max_file_size": max_file_size}
+               "cwd": str(os.getcwd() if cwd is None else cwd), "max_file_size": max_file_size,
+               "pid_namespace": bool(pid_namespace)}
     return _spawn(message, stdin, stdout, stderr, text)
 
 
@@ -541,6 +547,8 @@ def _run_program(message: dict, fds: list[int]) -> int:
     argv = message["argv"]
     # Set here, inherited by the program: the supervisor itself writes only to a pipe.
     _limits(message.get("max_file_size"))
+    if message.get("pid_namespace") and not sandbox.support().namespaces:
+        return _run_program_in_namespace(message, fds)
     try:
         # restore_signals: the program gets the default actions Python set aside for itself
         # (SIGPIPE, SIGXFSZ: a write past the file-size cap kills it, as in a shell); the
@@ -554,6 +562,44 @@ def _run_program(message: dict, fds: list[int]) -> int:
         for fd in fds[:3]:
             os.close(fd)
     code = child.wait()
+    return code if code >= 0 else 128 - code
+
+
+def _run_program_in_namespace(message: dict, fds: list[int]) -> int:
+    """`_run_program` with the program under an init in a PID namespace of its own: the init
+    forks and execs it, reaps, and exits with its code; the kernel then kills the rest."""
+    argv = message["argv"]
+    pid = sandbox.clone_namespaces(sandbox.CLONE_NEWPID)
+    if pid == 0:
+        try:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            _name("pony-init")
+            child = os.fork()
+            if child == 0:
+                try:
+                    for target, fd in enumerate(fds[:3]):
+                        os.dup2(fd, target)
+                    _close_all_but([])
+                    for signum in range(1, signal.NSIG):  # the program gets the default actions
+                        try:
+                            signal.signal(signum, signal.SIG_DFL)
+                        except (OSError, ValueError):
+                            pass
+                    if message.get("cwd"):
+                        os.chdir(message["cwd"])
+                    os.execvpe(argv[0], argv, message["env"])
+                except OSError as exc:
+                    os.write(2, f"ponybench: cannot start {argv[0]}: {exc.strerror}\n".encode())
+                    os._exit(127)
+            for fd in set(fds):  # the status pipe too: only the supervisor says when it ended
+                os.close(fd)
+            sandbox.run_init(child)
+        except BaseException:
+            os._exit(126)
+    for fd in fds[:3]:
+        os.close(fd)
+    _, wait_status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(wait_status)
     return code if code >= 0 else 128 - code
 
 

@@ -220,7 +220,7 @@ def _machine_clone_number() -> int | None:
     return _SYS_CLONE.get(os.uname().machine)
 
 
-def clone_namespaces() -> int:
+def clone_namespaces(flags: int = CLONE_NEWPID | CLONE_NEWNS) -> int:
     """fork(), but the child starts new PID and mount namespaces (pid 1 in its own). Python's
     own before- and after-fork work runs around the raw system call, as in `os.fork`;
     call it from a single-threaded process (a supervisor)."""
@@ -232,7 +232,7 @@ def clone_namespaces() -> int:
         raise OSError(38, "clone is not wired for this machine")
     ctypes.pythonapi.PyOS_BeforeFork()
     # x86_64 and aarch64 take (flags, stack, parent_tid, child_tid, tls): no stack means fork-like.
-    pid = _pylibc_handle.syscall(ctypes.c_long(number), ctypes.c_ulong(CLONE_NEWPID | CLONE_NEWNS | signal.SIGCHLD),
+    pid = _pylibc_handle.syscall(ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD),
                                  None, None, None, ctypes.c_ulong(0))
     if pid == 0:
         ctypes.pythonapi.PyOS_AfterFork_Child()

@@ -436,3 +436,94 @@ def test_ps_tells_a_sandboxed_check_and_its_init_apart(tmp_path):
         assert sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1, 2]
     """
     assert checks.run_check(textwrap.dedent(probe), tmp_path, "correct", None, 30) == checks.Verdict(True, "ok")
+
+
+# --- PID namespaces (sandbox.py): a tree killed whole, with no /proc scan -------------------
+
+HOPPER = """
+import os
+while True:  # fork, let the parent exit, setsid: a /proc sweep keeps finding a new pid
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+"""
+
+
+def require_namespaces() -> None:
+    found = sandbox.support()
+    if not found.namespaces:
+        return
+    message = f"this machine has no PID namespaces for the harness ({found.namespaces})"
+    if os.environ.get("CI") or (sys.platform.startswith("linux") and os.geteuid() == 0):
+        pytest.fail(message + ", which CI and root on Linux are expected to have")
+    pytest.skip(message)
+
+
+def sandboxed_call(code: str, tmp_path: Path, name: str, timeout: float = 30) -> dict:
+    scratch, ws = tmp_path / name, tmp_path / f"{name}-ws"  # the scratch folder outside the overlaid one
+    ws.mkdir()
+    call = check_call(code, ws, scratch, timeout)
+    return {**call, "sandbox": {"scratch": str(scratch), "in_place": [str(ws)], "home": os.environ.get("HOME", ""),
+                                "path": os.environ.get("PATH", "")}}
+
+
+def test_a_program_in_its_own_pid_namespace_leaves_no_pid_hopper(tmp_path):
+    require_namespaces()
+    marker = f"pony-hopper-{tmp_path.name}"
+    program = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {HOPPER!r}, {marker!r}])\ntime.sleep(1)\n"
+    with proc_watch.Sightings(marker) as seen:
+        proc = procs.start([sys.executable, "-c", program], stdin=subprocess.DEVNULL, pid_namespace=True)
+        assert procs.wait_or_kill(proc, 30) is False
+    assert proc.returncode == 0
+    assert seen.seen, "the hopper never ran: the test proves nothing"
+    left = proc_watch.wait_until_dead(proc_watch.marked(marker), timeout=3) + proc_watch.marked(marker)
+    proc_watch.kill(left)
+    assert not left, f"the hopper outlived its program: {left}"
+
+
+def test_a_program_in_its_own_pid_namespace_keeps_its_exit_code_and_streams(tmp_path):
+    require_namespaces()
+    proc = procs.start([sys.executable, "-c", "import os; print(os.getpid(), os.getcwd()); raise SystemExit(5)"],
+                       cwd=tmp_path, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, pid_namespace=True)
+    out = proc.stdout.read()
+    procs.wait_or_kill(proc, 30)
+    assert proc.returncode == 5
+    assert out.split() == ["2", str(tmp_path)]  # pid 2: the init is pid 1 of the namespace
+
+
+def test_a_sandboxed_call_s_pid_hopper_is_gone_when_the_call_ends(tmp_path):
+    require_namespaces()
+    marker = f"pony-hopper-{tmp_path.name}"
+    code = f"""
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", {HOPPER!r}, {marker!r}], start_new_session=True)
+        time.sleep(1)
+    """
+    with proc_watch.Sightings(marker) as seen:
+        proc, timed_out = run_calls([sandboxed_call(code, tmp_path, "a")])
+    assert not timed_out and proc.results[0]["result"] == {"ok": True, "reason": "ok"}, proc.results
+    assert seen.seen, "the hopper never ran: the test proves nothing"
+    left = proc_watch.wait_until_dead(proc_watch.marked(marker), timeout=3) + proc_watch.marked(marker)
+    proc_watch.kill(left)
+    assert not left, f"the hopper outlived its call: {left}"
+
+
+def test_a_killed_supervisor_takes_its_sandboxed_call_with_it(tmp_path):
+    require_namespaces()
+    marker = f"pony-sleeper-{tmp_path.name}"
+    code = f"""
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", {marker!r}], start_new_session=True)
+        time.sleep(120)
+    """
+    with proc_watch.Sightings(marker) as seen:
+        proc = procs.start_calls([sandboxed_call(code, tmp_path, "a", timeout=120)], stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not seen.seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGKILL)  # no sweep: its call's init dies with it (PR_SET_PDEATHSIG)
+        procs.wait_or_kill(proc, 10)
+    assert seen.seen, "the call's sleeper never ran: the test proves nothing"
+    left = proc_watch.wait_until_dead(proc_watch.marked(marker), timeout=5)
+    proc_watch.kill(left)
+    assert not left, f"the call outlived its killed supervisor: {left}"
