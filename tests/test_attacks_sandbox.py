@@ -107,6 +107,53 @@ def test_a_check_cannot_rewrite_other_cells_results_or_the_ledger_by_guessed_pat
     assert verdict.ok, verdict.reason  # every write was refused inside the check
 
 
+def test_a_link_planted_in_the_workspace_does_not_reach_the_run(run):
+    require("namespaces", "user")
+    # The agent leaves links to the run's records in its workspace; the copy keeps them as links.
+    (run["mine"] / "results_link").symlink_to(run["run"] / "results.jsonl")
+    (run["mine"] / "other_link").symlink_to(run["other"])
+    verdict = judge(run["mine"], """
+        wrote = []
+        for path in ("results_link", "other_link/add.py"):
+            try:
+                with open(path, "a") as fh:
+                    fh.write("pwned\\n")
+                wrote.append(path)
+            except OSError:
+                pass
+        def add(a, b):
+            return a + b
+    """, check="""
+        mod = load(FILE)
+        assert not mod.wrote, f"wrote through {mod.wrote}"
+    """)
+    assert unchanged(run, but={run["mine"] / "add.py"}) == []
+    assert verdict.ok, verdict.reason
+
+
+def test_a_user_namespace_does_not_uncover_the_run(run):
+    require("namespaces", "user")
+    # As the untrusted user the check may still make a user namespace (where the kernel lets
+    # anyone), be root in it and try to unmount what hides the run: the covers are locked.
+    results = run["run"] / "results.jsonl"
+    script = f"umount -l {run['run']} 2>/dev/null; umount -l /tmp 2>/dev/null; cat {results} 2>/dev/null; true"
+    verdict = judge(run["mine"], f"""
+        import shutil, subprocess
+        unshare = shutil.which("unshare")
+        said = ""
+        if unshare:
+            said = subprocess.run([unshare, "--user", "--map-root-user", "--mount", "sh", "-c", {script!r}],
+                                  capture_output=True, text=True).stdout
+        def add(a, b):
+            return a + b
+    """, check="""
+        mod = load(FILE)
+        assert False, f"said: {mod.said!r}"
+    """)
+    assert "add__yagni" not in verdict.reason, verdict.reason
+    assert "said: ''" in verdict.reason, verdict.reason
+
+
 def test_a_check_cannot_find_the_run_through_its_environment(run):
     require("namespaces", "user")
     # The transcript's path (in the kept workspace) names the run directory: walk up from it.
@@ -236,7 +283,6 @@ while True:
     if pid:
         os._exit(0)
     os.setsid()
-    time.sleep(0.05)
 """
 
 
@@ -246,7 +292,8 @@ def test_a_pid_hopper_started_by_a_check_does_not_outlive_it(run):
     with proc_watch.Sightings(marker) as seen:
         verdict = judge(run["mine"], f"""
             import subprocess, sys, time
-            subprocess.Popen([sys.executable, "-c", {HOPPER!r}, {marker!r}], start_new_session=True)
+            for _ in range(3):
+                subprocess.Popen([sys.executable, "-c", {HOPPER!r}, {marker!r}], start_new_session=True)
             time.sleep(1.0)
             def add(a, b):
                 return a + b
