@@ -22,6 +22,12 @@ in a process of its own forked from it, each with its own deadline, which the su
 by waiting on the call's pidfd; after each it kills what the call left running. So the checks
 of a cell cost one supervisor, not one each.
 
+A call with a `sandbox` view (every check, from `checks`) runs sandboxed where the machine
+allows it (`sandbox.py`): in a cgroup of its own, under a tiny init cloned into new PID and
+mount namespaces. The namespace is the call's whole tree: killing the init kills it all, and
+the init dies with its supervisor, so neither the deadline nor a killed supervisor needs the
+sweep for it.
+
 The harness waits on a pipe only the supervisor holds, with the deadline as the timeout of
 `select` (no polling): the supervisor writes the program's exit code to it after its sweep,
 and, for calls, one JSON line per call as each one ends. At a deadline, a Ctrl-C or an

@@ -105,6 +105,10 @@ def support() -> Support:
     global _support
     if _support is None:
         _support = _detect()
+        if _support.active:
+            _harness_dirs()  # here, once: each call's init inherits it instead of asking sysconfig
+            _interpreter_paths()
+            tempfile.gettempdir()  # which tries to write a file in each candidate, the first time
     return _support
 
 
@@ -363,11 +367,9 @@ def _cover_home(home: str | None, path: str, covers: list[str]) -> str:
         return ""
     if home == "/" or mode & 0o001 or _covered(home, covers):
         return ""  # others may enter it already: its files' own modes guard them
-    needed = [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable), os.path.dirname(os.path.dirname(__file__)),
-              *[p for p in path.split(os.pathsep) if p], *[p for p in sys.path if p]]
+    needed = [*_interpreter_paths(), *[os.path.realpath(p) for p in path.split(os.pathsep) if p]]
     tops = set()
-    for item in needed:
-        real = os.path.realpath(item)
+    for real in needed:
         if _covered(real, [home]) and real != home:
             top = os.path.join(home, os.path.relpath(real, home).split(os.sep)[0])
             if os.path.isdir(top):
@@ -383,15 +385,32 @@ def _cover_home(home: str | None, path: str, covers: list[str]) -> str:
     return home
 
 
+_harness_dirs_found: list[str] | None = None
+_interpreter_paths_found: list[str] | None = None
+
+
 def _harness_dirs() -> list[str]:
-    package = os.path.dirname(os.path.abspath(__file__))
-    found = {package}
-    for key in ("purelib", "platlib"):
-        try:
-            found.add(os.path.realpath(sysconfig.get_paths()[key]))
-        except KeyError:
-            pass
-    return sorted(found)
+    """The installed harness: this package and site-packages (found once per process)."""
+    global _harness_dirs_found
+    if _harness_dirs_found is None:
+        found = {os.path.dirname(os.path.abspath(__file__))}
+        for key in ("purelib", "platlib"):
+            try:
+                found.add(os.path.realpath(sysconfig.get_paths()[key]))
+            except KeyError:
+                pass
+        _harness_dirs_found = sorted(found)
+    return _harness_dirs_found
+
+
+def _interpreter_paths() -> list[str]:
+    """Where the interpreter, its libraries and this package live (found once per process)."""
+    global _interpreter_paths_found
+    if _interpreter_paths_found is None:
+        items = [sys.prefix, sys.base_prefix, sys.executable, os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                 *[p for p in sys.path if p]]
+        _interpreter_paths_found = sorted({os.path.realpath(p) for p in items})
+    return _interpreter_paths_found
 
 
 def run_init(child: int) -> None:
