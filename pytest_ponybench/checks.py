@@ -148,6 +148,9 @@ def _verdict(axis: str, timeout: float, report: dict | None, graders_only: bool 
 
 
 def _verdict_of_report(axis: str, timeout: float, report: dict | None, graders_only: bool = False) -> Verdict:
+    if report is not None and report.get("sandbox_error"):  # the harness's failure, not the agent's
+        return Verdict(False, f"{axis} check could not start: its sandbox failed ({str(report['sandbox_error'])[-300:]}); "
+                              f"no agent code ran", instrument=True)
     """A check's verdict from what its supervisor reported (None: it never reported).
     `graders_only`: the check is an imported case's graders, which run no agent code."""
     if report is not None and report.get("timed_out") and graders_only:

@@ -722,12 +722,27 @@ def _one_sandboxed_call(message: dict, call: dict, fds: list[int]) -> dict:
     except OSError:
         group = None  # limits are missing for this call only: it still runs in its namespaces
     streams = [fds[0], *([output, output] if output is not None else fds[1:3])]
-    pid = sandbox.clone_namespaces()
+    # The init says on this pipe that the sandbox stands, before the call's code runs: a call
+    # that exits with the init's own failure code cannot pass for the harness's failure.
+    ready_read, ready_write = os.pipe()
+    try:
+        pid = sandbox.clone_namespaces()
+    except OSError as exc:
+        for fd in (ready_read, ready_write, *([output] if output is not None else [])):
+            os.close(fd)
+        if group is not None:
+            group.remove()
+        return {"code": 125, "timed_out": False, "result": None, "tail": "",
+                "sandbox_error": f"cannot clone the check's namespaces: {exc}"}
     if pid == 0:
-        _init_of_call(message, call, streams, group)
+        os.close(ready_read)
+        _init_of_call(message, call, streams, group, ready_write)
+    os.close(ready_write)
     if output is not None:
         os.close(output)
     code, timed_out = _wait_with_deadline(pid, float(call["timeout"]))
+    ready = os.read(ready_read, 1) == b"1"
+    os.close(ready_read)
     sweep()  # nothing is left (the namespace died with its init); one system call to be sure
     hit = {}
     if group is not None:
@@ -736,6 +751,8 @@ def _one_sandboxed_call(message: dict, call: dict, fds: list[int]) -> dict:
     _calls_done.append(pid)
     tail = output_tail(call["output"], int(call.get("tail") or 0)) if output is not None else ""
     report = {"code": code, "timed_out": timed_out, "result": _read_result(call.get("result")), "tail": tail}
+    if not ready:
+        report["sandbox_error"] = tail or "the check's sandbox could not be set up"
     if any(hit.values()):
         report["limits"] = {**hit, "memory_bytes": sandbox.MEMORY_LIMIT, "pids_max": sandbox.PIDS_LIMIT}
     return report
@@ -744,15 +761,18 @@ def _one_sandboxed_call(message: dict, call: dict, fds: list[int]) -> dict:
 _calls_done: list[int] = []  # the sandboxed calls of this supervisor so far (names their cgroups)
 
 
-def _init_of_call(message: dict, call: dict, streams: list[int], group) -> None:
+def _init_of_call(message: dict, call: dict, streams: list[int], group, ready: int) -> None:
     """pid 1 of a call's namespace: dies with the supervisor, joins the call's cgroup, builds
-    the mount view, forks the call's process and reaps until it ends. Never returns."""
+    the mount view, says so on `ready`, forks the call's process and reaps until it ends.
+    Never returns."""
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         _name("pony-init")
         if group is not None:
             group.join()
         sandbox.enter_view(call["sandbox"])
+        os.write(ready, b"1")
+        os.close(ready)
         child = os.fork()
         if child == 0:
             sandbox.IN_SANDBOX = True

@@ -527,3 +527,18 @@ def test_a_killed_supervisor_takes_its_sandboxed_call_with_it(tmp_path):
     left = proc_watch.wait_until_dead(proc_watch.marked(marker), timeout=5)
     proc_watch.kill(left)
     assert not left, f"the call outlived its killed supervisor: {left}"
+
+
+def test_a_sandbox_that_cannot_be_set_up_is_the_harness_s_failure_not_the_check_s(tmp_path):
+    require_namespaces()
+    broken = sandboxed_call("pass", tmp_path, "a")
+    broken["sandbox"] = {**broken["sandbox"], "writable": [str(tmp_path / "no-such-copy")]}
+    # A check that exits with the init's own failure code is still the check's failure.
+    mimic = sandboxed_call("import os\nos._exit(125)", tmp_path, "b")
+    proc, _ = run_calls([broken, mimic])
+    first, second = proc.results
+    assert "no-such-copy" in first["sandbox_error"], first
+    assert "sandbox_error" not in second and second["code"] == 125, second
+    verdict = checks._verdict("correct", 30, first)
+    assert verdict.instrument and "its sandbox failed" in verdict.reason, verdict
+    assert not checks._verdict("correct", 30, second).instrument
