@@ -267,4 +267,3 @@ def _write_verdict(fd: int, verdict: dict) -> None:
 if __name__ == "__main__":  # by hand: python -m pytest_ponybench.checks CHECK.py VERDICT.json [ENTRY]
     run_here(Path(sys.argv[1]).read_text(encoding="utf-8"), sys.argv[2], (sys.argv[3:] or [""])[0],
              (sys.argv[4:] or [""])[0])
-# planted
