@@ -322,10 +322,11 @@ def enter_view(view: dict) -> None:
         real = os.path.realpath(path)
         if os.path.isfile(real):
             keep[real] = os.open(real, os.O_PATH)
-    tmp_dirs = sorted({os.path.realpath(tempfile.gettempdir()), "/tmp", "/dev/shm"})
-    covers = [d for d in tmp_dirs if os.path.isdir(d)]
-    for directory in covers:
-        _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={DISK_LIMIT},mode=1777")
+    covers: list[str] = []
+    for directory in sorted({os.path.realpath(tempfile.gettempdir()), "/tmp", "/dev/shm"}, key=len):
+        if os.path.isdir(directory) and not _covered(directory, covers):  # $TMPDIR inside /tmp: covered with it
+            _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={DISK_LIMIT},mode=1777")
+            covers.append(directory)
     home = _cover_home(view.get("home"), view.get("path") or "", covers)
     if home:
         covers.append(home)
@@ -344,6 +345,10 @@ def enter_view(view: dict) -> None:
         if not is_dir:
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         os.close(fd)
+    temporary = os.path.realpath(tempfile.gettempdir())
+    if temporary not in covers and _covered(temporary, covers):  # $TMPDIR was inside /tmp: a fresh one
+        os.makedirs(temporary, exist_ok=True)
+        os.chmod(temporary, 0o1777)
     for directory in _harness_dirs():
         if os.path.isdir(directory) and not _covered(directory, covers + hidden):
             _mount(directory, directory, None, MS_BIND | MS_REC)

@@ -542,3 +542,26 @@ def test_a_sandbox_that_cannot_be_set_up_is_the_harness_s_failure_not_the_check_
     verdict = checks._verdict("correct", 30, first)
     assert verdict.instrument and "its sandbox failed" in verdict.reason, verdict
     assert not checks._verdict("correct", 30, second).instrument
+
+
+def test_a_sandboxed_call_with_tmpdir_inside_tmp_runs(tmp_path, monkeypatch):
+    # $TMPDIR below /tmp (as a remote worker's is): covered with /tmp, the call's folder shown back.
+    require_namespaces()
+    inner, ws = tmp_path / "hosttmp", tmp_path / "ws"
+    inner.mkdir()
+    ws.mkdir()
+    code = """
+        import tempfile
+        folder = tempfile.mkdtemp()
+        open(folder + "/x", "w").write("x")
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, sys
+        from pathlib import Path
+        from pytest_ponybench import checks
+        ws = Path(sys.argv[1])
+        print(json.dumps(checks.run_checks({"correct": sys.argv[2]}, ws, None, 30)["correct"].__dict__))
+    """), str(ws), textwrap.dedent(code)], capture_output=True, text=True,
+        env={**os.environ, "TMPDIR": str(inner), "PYTHONPATH": procs.PACKAGE_PARENT}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["ok"] is True, done.stdout
