@@ -72,7 +72,7 @@ def test_a_confined_agent_writes_its_workspace_and_nothing_else(outside_project)
 
 def test_unconfined_the_same_writes_land_and_the_cell_fails_as_escaped(outside_project):
     root, claude_bin = outside_project
-    done = run(root, bench_args(root, "--ponybench-rehearse", claude=claude_bin))
+    done = run(root, bench_args(root, "--ponybench-rehearse", "--ponybench-no-confine", claude=claude_bin))
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout[-3000:]
     ws = cell_dir(root)
     assert (ws / "add.py").is_file()
