@@ -276,6 +276,9 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
     wrapped += ["--bind", ws, ws]
     for path in hidden:  # read-only after the workspace is bound in: a write beside it fails as elsewhere
         wrapped += ["--remount-ro", path]
+    for var in ("TMPDIR", "TMP", "TEMP"):  # the host's temporary folder is read-only in there: its own /tmp
+        if env.get(var):
+            wrapped += ["--setenv", var, "/tmp"]
     if box.own_user:
         wrapped += ["--unsetenv", "IS_SANDBOX"]  # not root in there: the CLI needs no leave to bypass
     return wrapped + ["--chdir", ws, "--"] + argv

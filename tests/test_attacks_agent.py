@@ -65,7 +65,9 @@ def attacked_session(root: Path, *extra: str, attacks=FILE_ATTACKS, mark: str = 
     (root / "fake.json").write_text(json.dumps({"write": GOOD_ADD}))  # no call log: it would lie outside
     env = {"PONYBENCH_FAKE": str(root / "fake.json"), "ANTHROPIC_API_KEY": "fake", "IS_SANDBOX": "1",
            "PONYBENCH_ATTACKS": ",".join(attacks), "PONYBENCH_DAEMON_MARK": mark, "PONYBENCH_DAEMON_S": "40"}
-    done = run(root, bench_args(root, "--runs", "2", *extra, claude=ATTACKER), env=env)
+    # The default (no confinement option): bench_args runs stand-ins unconfined, so that goes.
+    args = [a for a in bench_args(root, claude=ATTACKER) if a != "--ponybench-no-confine"]
+    done = run(root, [*args, "--runs", "2", *extra], env=env)
     assert "INTERNALERROR" not in done.stdout, done.stdout[-3000:]
     run_dir = only_run_dir(root)
     (run_dir / "session.out").write_text(done.stdout)
