@@ -8,10 +8,12 @@ bounded memory.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,8 +184,7 @@ _sandbox: list[Sandbox] = []
 def _base_flags(own_user: bool) -> list[str]:
     # A PID namespace: when the CLI ends, the sandbox's first process ends and the kernel
     # kills everything left in it, a daemon that forked twice and called setsid included.
-    flags = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-             "--unshare-pid", "--die-with-parent"]
+    flags = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
     if own_user:
         flags += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     return flags
@@ -214,6 +215,19 @@ def _try_sandbox() -> Sandbox:
             return Sandbox(bwrap, own_user, "")
         last = (done.stderr.strip().splitlines() or [f"it exited {done.returncode}"])[-1][:200]
     return Sandbox(bwrap, False, f"bubblewrap cannot make a sandbox here ({last})")
+
+
+_private_tmp: list[str] = []
+
+
+def private_tmp() -> str:
+    """An empty folder of this process on the host, covered in each sandbox by a tmpfs of its
+    own: the confined agent's TMPDIR, where its temporary files go and vanish with it."""
+    if not _private_tmp:
+        path = tempfile.mkdtemp(prefix="ponybench-agent-tmp-")
+        atexit.register(shutil.rmtree, path, True)
+        _private_tmp.append(os.path.realpath(path))
+    return _private_tmp[0]
 
 
 def confinement_line(box: Sandbox, wanted: bool) -> str:
@@ -249,8 +263,8 @@ def hidden_paths(run_dir: Path, needed: list) -> list[Path]:
 
 def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path | None = None,
             needed: list | None = None, box: Sandbox | None = None) -> list[str]:
-    """Wrap argv in bubblewrap: the whole system read-only (what is in /tmp included, with new
-    files there going to a private tmpfs); the run directory (or the whole runs folder) and
+    """Wrap argv in bubblewrap: the whole system read-only (/tmp included; the agent's own
+    temporary files go to a private tmpfs, its TMPDIR); the run directory (or the whole runs folder) and
     the run keys' folder hidden under empty read-only folders; only the workspace and the
     CLI's own configuration writable. The network stays (the API is on it, and rehearsal's
     scripted model on 127.0.0.1). A PID namespace ends everything the agent started with it."""
@@ -259,13 +273,15 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
         raise CliMissing(f"--ponybench-confine: {box.problem}")
     home = Path(env.get("HOME") or Path.home())
     config_dir = Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
-    wrapped = [box.bwrap, *_base_flags(box.own_user)]
-    # A fresh /tmp for the agent's own temporary files, with what the host has there shown
-    # read-only on top (a CLI or checkout under /tmp must stay reachable).
-    for entry in sorted(os.listdir("/tmp")):
-        wrapped += ["--ro-bind-try", f"/tmp/{entry}", f"/tmp/{entry}"]
-    if home.is_dir() and str(home).startswith("/tmp/"):
-        wrapped += ["--bind", str(home), str(home)]  # a rehearsal's private home lives in /tmp
+    # The host's /tmp is read-only like the rest (a CLI or checkout under /tmp stays
+    # reachable); the agent's temporary files go to a tmpfs of its own, named by TMPDIR. One
+    # bind per /tmp entry instead cost about 7 ms each: 2 s a cell on a machine with 300.
+    scratch = private_tmp()
+    wrapped = [box.bwrap, *_base_flags(box.own_user), "--tmpfs", scratch]
+    for var in ("TMPDIR", "TMP", "TEMP"):
+        wrapped += ["--setenv", var, scratch]
+    if home.is_dir() and home.resolve() != Path.home().resolve():
+        wrapped += ["--bind", str(home), str(home)]  # a home made for the agent (a rehearsal's): all its own
     for path in (config_dir, home / ".claude.json"):
         if path.exists():
             wrapped += ["--bind", str(path), str(path)]
@@ -276,26 +292,17 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
     wrapped += ["--bind", ws, ws]
     for path in hidden:  # read-only after the workspace is bound in: a write beside it fails as elsewhere
         wrapped += ["--remount-ro", path]
-    for var in ("TMPDIR", "TMP", "TEMP"):  # the host's temporary folder is read-only in there: its own /tmp
-        if env.get(var):
-            wrapped += ["--setenv", var, "/tmp"]
     if box.own_user:
         wrapped += ["--unsetenv", "IS_SANDBOX"]  # not root in there: the CLI needs no leave to bypass
     return wrapped + ["--chdir", ws, "--"] + argv
 
 
 def absorbed_by_confinement(path: str, workspace: Path, env: dict[str, str]) -> bool:
-    """Did confine() send a write to this path into the sandbox's private /tmp? True for a
-    /tmp path that the host did not have (host entries are shown read-only, so a write that
-    succeeded there went to a directory bound writable: the workspace or a rehearsal home)."""
-    target = Path(path).resolve()
-    if Path("/tmp") not in target.parents:
-        return False
-    bound = [Path(workspace).resolve()]
-    home = Path(env.get("HOME") or Path.home())
-    if str(home).startswith("/tmp/"):
-        bound.append(home.resolve())
-    return not any(b == target or b in target.parents for b in bound)
+    """Did confine() send a write to this path into the sandbox's own temporary folder (its
+    TMPDIR, a tmpfs that vanished with it)? Everywhere else but the workspace and the CLI's
+    configuration the sandbox is read-only, so a write that succeeded there was real."""
+    target = os.path.realpath(path)
+    return bool(_private_tmp) and (target == _private_tmp[0] or target.startswith(_private_tmp[0] + os.sep))
 
 
 def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:

@@ -43,19 +43,24 @@ def needs_sandbox():
         pytest.skip(box.problem)
 
 
-def daemon_marks() -> list[int]:
-    """Live processes whose command line carries a mark of these tests' daemons."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"ponybench-attack-daemon-" in cmdline and proc_watch.alive(int(entry)):
-            found.append(int(entry))
-    return found
+def mine(mark: str, seconds: float = 1.5) -> set[int]:
+    """Live processes whose command line carries `mark`, seen in any scan of /proc over
+    `seconds`: a hopper changes its pid all the time, so one scan can fall between two."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + seconds
+    while True:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if mark.encode() in cmdline and proc_watch.alive(int(entry)):
+                seen.add(int(entry))
+        if seen or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.05)
 
 
 def attacked_session(root: Path, *extra: str, attacks=FILE_ATTACKS, mark: str = "") -> Path:
@@ -169,7 +174,7 @@ def test_confined_a_hopping_daemon_is_gone_when_its_cell_ends(confined):
     for cell in (CELL0, CELL1):
         assert report(run_dir, cell)["daemon"] == f"done: started {mark}"
     # It hops for 40 s unless killed; the session took far less, so one alive now escaped.
-    assert mine(mark) == []
+    assert mine(mark) == set()
 
 
 STARTER = """
@@ -205,25 +210,14 @@ def test_the_sandbox_alone_ends_a_daemon_that_an_unsupervised_cli_leaves(tmp_pat
     needs_sandbox()
     mark = f"ponybench-attack-daemon-{uuid.uuid4().hex[:8]}"
     leave_a_daemon(True, tmp_path / "boxed", mark)
-    assert mine(mark) == [], "a daemon outlived the sandbox it was started in"
+    assert mine(mark) == set(), "a daemon outlived the sandbox it was started in"
     leave_a_daemon(False, tmp_path / "open", mark)
     try:
-        assert mine(mark) != [], "unconfined and unsupervised, the daemon should still be hopping"
+        assert mine(mark) != set(), "unconfined and unsupervised, the daemon should still be hopping"
     finally:
         deadline = time.monotonic() + 15
-        while mine(mark) and time.monotonic() < deadline:  # it ends itself after 4 s
+        while mine(mark, 0.5) and time.monotonic() < deadline:  # it ends itself after 4 s
             time.sleep(0.2)
-
-
-def mine(mark: str) -> list[int]:
-    found = []
-    for pid in daemon_marks():
-        try:
-            if mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-        except OSError:
-            pass
-    return found
 
 
 # ------------------------------------------------------------------ the real CLI, in rehearsal
