@@ -243,8 +243,8 @@ def confinement_line(box: Sandbox, wanted: bool) -> str:
 
 def hidden_paths(run_dir: Path, needed: list) -> list[Path]:
     """What a confined agent must not see: the runs folder (every kept run, every cell and
-    record), or only this run's directory when the CLI, its plugin or its home lies in that
-    folder; and the run keys' folder."""
+    record), or only this run's directory when something in `needed` (the CLI, its plugin, its
+    home, the project) lies in that folder; and the run keys' folder."""
     from .rundir import key_dir
 
     run_dir = Path(run_dir).resolve()
@@ -286,7 +286,10 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
         if path.exists():
             wrapped += ["--bind", str(path), str(path)]
     ws = str(Path(workspace).resolve())
-    hidden = [str(p) for p in hidden_paths(run_dir, [argv[0], home, config_dir, *(needed or [])])] if run_dir else []
+    # The harness's working folder (the project) counts as needed: a runs folder that holds
+    # the project (--ponybench-dir=.) is the project, and only the run directory is hidden.
+    keep = [argv[0], home, config_dir, os.getcwd(), *(needed or [])]
+    hidden = [str(p) for p in hidden_paths(run_dir, keep)] if run_dir else []
     for path in hidden:
         wrapped += ["--tmpfs", path]
     wrapped += ["--bind", ws, ws]
