@@ -8,10 +8,12 @@ bounded memory.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,8 +99,9 @@ CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUT
                   "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
 
 
-def real_run_problem() -> str | None:
-    """Why a real (paid) run cannot start here, in one sentence; None when it can.
+def real_run_problem(own_user: bool = False) -> str | None:
+    """Why a real (paid) run cannot start here, in one sentence; None when it can. `own_user`:
+    the agent runs in a sandbox as a user that is not root, so root outside it is no problem.
 
     Said once, before any cell, instead of as N identical failures. Never answered by quietly
     rehearsing instead: a rehearsal's figures must not pass for a real model's."""
@@ -107,7 +110,7 @@ def real_run_problem() -> str | None:
     if not logged_in and not any(os.environ.get(var) for var in CREDENTIAL_ENV):
         return ("no credentials for a real run: set ANTHROPIC_API_KEY or log in with `claude` first; "
                 "to see the whole benchmark work at zero spend, add --ponybench-rehearse")
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and os.environ.get("IS_SANDBOX") != "1":
+    if not own_user and hasattr(os, "geteuid") and os.geteuid() == 0 and os.environ.get("IS_SANDBOX") != "1":
         return ("running as root: the CLI refuses --permission-mode bypassPermissions for root; run as "
                 "another user, or set IS_SANDBOX=1 if this machine is a disposable sandbox")
     return None
@@ -154,41 +157,155 @@ def agent_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def confine(argv: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
-    """Wrap argv in bubblewrap: the whole system read-only (what is in /tmp included, with new
-    files there going to a private tmpfs), and only the workspace and the CLI's own
-    configuration writable. The network stays (the API is on it)."""
+# --------------------------------------------------------------------------- the sandbox
+
+SANDBOX_UID = 1000  # the agent's user inside the sandbox when the harness runs as root
+# What an unconfined agent can reach, said wherever a run goes without the sandbox.
+UNCONFINED_REACH = ("it can read and write whatever this user can, other cells, their records, results.jsonl, "
+                    "the spend ledger, the pause file and the run's key included")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What bubblewrap can do on this machine, found once per process by a trial run."""
+
+    bwrap: str | None
+    own_user: bool  # the agent runs as SANDBOX_UID in a user namespace, not as root
+    problem: str  # '' when the agent can be confined; else why not, in one sentence
+
+    @property
+    def works(self) -> bool:
+        return not self.problem
+
+
+_sandbox: list[Sandbox] = []
+
+
+def _base_flags(own_user: bool) -> list[str]:
+    # A PID namespace: when the CLI ends, the sandbox's first process ends and the kernel
+    # kills everything left in it, a daemon that forked twice and called setsid included.
+    flags = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
+    if own_user:
+        flags += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    return flags
+
+
+def sandbox() -> Sandbox:
+    """The sandbox this process gives its agents: a trial `bwrap ... true` with the flags every
+    cell uses, run once. As root it first tries a user namespace in which the agent is not
+    root (the CLI then takes bypassPermissions without IS_SANDBOX), then without one."""
+    if not _sandbox:
+        _sandbox.append(_try_sandbox())
+    return _sandbox[0]
+
+
+def _try_sandbox() -> Sandbox:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise CliMissing("--ponybench-confine needs bubblewrap: apt-get install bubblewrap")
+        return Sandbox(None, False, "bubblewrap is not installed (apt-get install bubblewrap)")
+    last = ""
+    for own_user in ([True, False] if hasattr(os, "geteuid") and os.geteuid() == 0 else [False]):
+        try:
+            done = subprocess.run([bwrap, *_base_flags(own_user), "--", "true"], stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            last = str(exc)
+            continue
+        if done.returncode == 0:
+            return Sandbox(bwrap, own_user, "")
+        last = (done.stderr.strip().splitlines() or [f"it exited {done.returncode}"])[-1][:200]
+    return Sandbox(bwrap, False, f"bubblewrap cannot make a sandbox here ({last})")
+
+
+_private_tmp: list[str] = []
+
+
+def private_tmp() -> str:
+    """An empty folder of this process on the host, covered in each sandbox by a tmpfs of its
+    own: the confined agent's TMPDIR, where its temporary files go and vanish with it."""
+    if not _private_tmp:
+        path = tempfile.mkdtemp(prefix="ponybench-agent-tmp-")
+        atexit.register(shutil.rmtree, path, True)
+        _private_tmp.append(os.path.realpath(path))
+    return _private_tmp[0]
+
+
+def confinement_line(box: Sandbox, wanted: bool) -> str:
+    """The one line a session prints about the agent's sandbox."""
+    if not wanted:
+        return f"ponybench: the agent runs unconfined (--ponybench-no-confine): {UNCONFINED_REACH}"
+    if not box.works:
+        return f"ponybench: the agent runs unconfined: {box.problem}; {UNCONFINED_REACH}"
+    who = f"as uid {SANDBOX_UID}, not root" if box.own_user else "as this user"
+    return (f"ponybench: the agent runs confined (bubblewrap, {who}): only its workspace writable, the run "
+            f"directory and the run's key hidden, nothing it starts outlives it")
+
+
+def hidden_paths(run_dir: Path, needed: list) -> list[Path]:
+    """What a confined agent must not see: the runs folder (every kept run, every cell and
+    record), or only this run's directory when something in `needed` (the CLI, its plugin, its
+    home, the project) lies in that folder; and the run keys' folder."""
+    from .rundir import key_dir
+
+    run_dir = Path(run_dir).resolve()
+    needed = [Path(os.path.realpath(p)) for p in needed if p]
+
+    def holds_needed(folder: Path) -> bool:
+        return any(folder == p or folder in p.parents for p in needed)
+
+    base = run_dir.parent
+    hidden = [base if base != Path("/") and not holds_needed(base) else run_dir]
+    keys = key_dir().resolve()
+    if keys.is_dir() and not holds_needed(keys):
+        hidden.append(keys)
+    return hidden
+
+
+def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path | None = None,
+            needed: list | None = None, box: Sandbox | None = None) -> list[str]:
+    """Wrap argv in bubblewrap: the whole system read-only (/tmp included; the agent's own
+    temporary files go to a private tmpfs, its TMPDIR); the run directory (or the whole runs folder) and
+    the run keys' folder hidden under empty read-only folders; only the workspace and the
+    CLI's own configuration writable. The network stays (the API is on it, and rehearsal's
+    scripted model on 127.0.0.1). A PID namespace ends everything the agent started with it."""
+    box = box or sandbox()
+    if not box.works:
+        raise CliMissing(f"--ponybench-confine: {box.problem}")
     home = Path(env.get("HOME") or Path.home())
     config_dir = Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
-    wrapped = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    # A fresh /tmp for the agent's own temporary files, with what the host has there shown
-    # read-only on top (a CLI or checkout under /tmp must stay reachable).
-    for entry in sorted(os.listdir("/tmp")):
-        wrapped += ["--ro-bind-try", f"/tmp/{entry}", f"/tmp/{entry}"]
-    if home.is_dir() and str(home).startswith("/tmp/"):
-        wrapped += ["--bind", str(home), str(home)]  # a rehearsal's private home lives in /tmp
+    # The host's /tmp is read-only like the rest (a CLI or checkout under /tmp stays
+    # reachable); the agent's temporary files go to a tmpfs of its own, named by TMPDIR. One
+    # bind per /tmp entry instead cost about 7 ms each: 2 s a cell on a machine with 300.
+    scratch = private_tmp()
+    wrapped = [box.bwrap, *_base_flags(box.own_user), "--tmpfs", scratch]
+    for var in ("TMPDIR", "TMP", "TEMP"):
+        wrapped += ["--setenv", var, scratch]
+    if home.is_dir() and home.resolve() != Path.home().resolve():
+        wrapped += ["--bind", str(home), str(home)]  # a home made for the agent (a rehearsal's): all its own
     for path in (config_dir, home / ".claude.json"):
         if path.exists():
             wrapped += ["--bind", str(path), str(path)]
     ws = str(Path(workspace).resolve())
-    return wrapped + ["--bind", ws, ws, "--chdir", ws, "--die-with-parent", "--"] + argv
+    # The harness's working folder (the project) counts as needed: a runs folder that holds
+    # the project (--ponybench-dir=.) is the project, and only the run directory is hidden.
+    keep = [argv[0], home, config_dir, os.getcwd(), *(needed or [])]
+    hidden = [str(p) for p in hidden_paths(run_dir, keep)] if run_dir else []
+    for path in hidden:
+        wrapped += ["--tmpfs", path]
+    wrapped += ["--bind", ws, ws]
+    for path in hidden:  # read-only after the workspace is bound in: a write beside it fails as elsewhere
+        wrapped += ["--remount-ro", path]
+    if box.own_user:
+        wrapped += ["--unsetenv", "IS_SANDBOX"]  # not root in there: the CLI needs no leave to bypass
+    return wrapped + ["--chdir", ws, "--"] + argv
 
 
 def absorbed_by_confinement(path: str, workspace: Path, env: dict[str, str]) -> bool:
-    """Did confine() send a write to this path into the sandbox's private /tmp? True for a
-    /tmp path that the host did not have (host entries are shown read-only, so a write that
-    succeeded there went to a directory bound writable: the workspace or a rehearsal home)."""
-    target = Path(path).resolve()
-    if Path("/tmp") not in target.parents:
-        return False
-    bound = [Path(workspace).resolve()]
-    home = Path(env.get("HOME") or Path.home())
-    if str(home).startswith("/tmp/"):
-        bound.append(home.resolve())
-    return not any(b == target or b in target.parents for b in bound)
+    """Did confine() send a write to this path into the sandbox's own temporary folder (its
+    TMPDIR, a tmpfs that vanished with it)? Everywhere else but the workspace and the CLI's
+    configuration the sandbox is read-only, so a write that succeeded there was real."""
+    target = os.path.realpath(path)
+    return bool(_private_tmp) and (target == _private_tmp[0] or target.startswith(_private_tmp[0] + os.sep))
 
 
 def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:

@@ -63,7 +63,7 @@ class CellContext:
     # max_budget_usd is what was left of the run's budget, below the per-cell cap: a CLI that
     # stops there was cut by the run's budget (budget_cut), not by a cap the arm ran under.
     run_cut: bool = False
-    confine: bool = False  # run the agent under bubblewrap: only its workspace writable
+    confine: bool = False  # run the agent under bubblewrap (agent.confine): only its workspace writable
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
     retries: int = 2  # runs again of a cell that ended as infra_error
     max_cost: float | None = None  # the run's budget: no retry starts once it is spent
@@ -219,7 +219,7 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
                             plugin_dir, ctx.max_budget_usd)
     env = agent.agent_env(ctx.hook.pytest_ponybench_agent_env(cell=cell, workspace=ws))
     if ctx.confine:
-        argv = agent.confine(argv, ws, env)
+        argv = agent.confine(argv, ws, env, run_dir=ctx.run_dir.path, needed=[plugin_dir])
     watch = workspace.watch_beside(ctx.run_dir.path)
     try:
         outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -217,9 +216,10 @@ def run_options(state, tasks: list) -> dict:
     }
 
 
+CONFINEMENT = "confinement"  # run.json: {"confined": bool, "why": why not}
 # Stored in run.json to say how the run was made, not what it is made of: a resume on a
-# machine without the sandbox is still the same run.
-NOT_COMPARED = {"sandbox"}
+# machine without the sandbox, or where the agent cannot be confined, is still the same run.
+NOT_COMPARED = {"sandbox", CONFINEMENT}
 
 
 def option_differences(stored: dict, wanted: dict) -> list[str]:
@@ -242,6 +242,7 @@ class Controller:
         config.pluginmanager.register(self.fleet, "ponybench-fleet")
         self.progress: progress.ProgressPrinter | None = None
         self.interrupted = False
+        self.confinement_line = ""  # said in the header: whether the agent runs in the sandbox
 
     # ---------------------------------------------------------------- the gate
 
@@ -278,16 +279,15 @@ class Controller:
             state.claude_version = agent.claude_version(state.claude)
         except agent.CliMissing as exc:
             raise pytest.UsageError(str(exc)) from None
+        confined = self.settled_confinement()
         if not state.settings.rehearse:
-            problem = agent.real_run_problem()
+            problem = agent.real_run_problem(own_user=confined and agent.sandbox().own_user)
             if problem:
                 raise pytest.UsageError(problem)
         broken = instruments.prove_all(tasks, state.claude_version)  # proofs that held before are cached
         if broken:
             raise pytest.UsageError("instruments broken; refusing to spend:\n  " + "\n  ".join(broken)
                                     + "\nrun `pytest -m selftest` to see each instrument")
-        if state.settings.confine and shutil.which("bwrap") is None:
-            raise pytest.UsageError("--ponybench-confine needs bubblewrap: apt-get install bubblewrap")
         # Only a run that passed the gate gets a directory; a resume continues its own.
         options = run_options(state, tasks)
         if state.settings.resume is not None:
@@ -305,8 +305,26 @@ class Controller:
             state.run_dir = RunDir.create(state.settings.dir)
             self.gathering = Gathering(state.run_dir)
         state.run_dir.max_pause = max_pause(state.settings)
-        # What the checks of this run ran in (sandbox.py), and what this machine lacked.
+        box = agent.sandbox() if state.settings.confine is not False else None
+        # Where the agent ran, and what the checks of this run ran in (sandbox.py) with what
+        # this machine lacked: kept with the run, never compared on resume (a host may differ).
+        options[CONFINEMENT] = {"confined": confined, "why": "" if confined else (
+            "--ponybench-no-confine" if box is None else box.problem)}
         state.run_dir.write_options({**options, "sandbox": sandbox.support().as_record()})
+
+    def settled_confinement(self) -> bool:
+        """Whether this session's agents run in the sandbox (plugin.PonybenchState.confined),
+        with its one line for the header; --ponybench-confine where it cannot be stops here."""
+        try:
+            confined = self.state.confined()
+        except agent.CliMissing as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.confinement_line = agent.confinement_line(agent.sandbox() if self.state.settings.confine is not False
+                                                       else None, self.state.settings.confine is not False)
+        return confined
+
+    def pytest_report_header(self, config):
+        return [self.confinement_line] if self.confinement_line else []
 
     @staticmethod
     def open_run(path, flag: str) -> RunDir:

@@ -293,7 +293,8 @@ def _unpack_into(config, settings_cls, shipped: dict, scratch: Path) -> Unpacked
         raise WorkerCannotStart(f"{where}: {exc} (each host needs its own CLI, found by the same rules "
                                 f"relative to the gateway's chdir)") from None
     if not settings.rehearse:
-        problem = agent.real_run_problem()
+        box = agent.sandbox() if settings.confine is not False else None
+        problem = agent.real_run_problem(own_user=bool(box and box.works and box.own_user))
         if problem:
             raise WorkerCannotStart(f"{where}: {problem}")
     run_dir = RunDir(settings.dir / shipped["stamp"])

@@ -71,6 +71,18 @@ def wait_seconds(value: str) -> float:
     return number
 
 
+def confine_mode(value: str) -> bool | None:
+    """ponybench_confine: True (confine or stop), False (never), None (auto: where it works)."""
+    word = value.strip().lower()
+    if word in ("", "auto"):
+        return None
+    if word in ("true", "yes", "on", "1"):
+        return True
+    if word in ("false", "no", "off", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"'{value}' is not auto, true or false")
+
+
 def rehearsal_fault(value: str):
     from .rehearsal import parse_fault
 
@@ -120,6 +132,8 @@ INI = {
                                         "default 1, for a rescore twice the machine's cores"),
     "ponybench_library": ("string", "replace", "how the project's tasks/ and arms/ combine with the shipped library: "
                                                "replace, add or off"),
+    "ponybench_confine": ("string", "auto", "run the agent under bubblewrap: auto (where it works, else one line "
+                                           "saying why not), true (fail where it does not) or false"),
     "ponybench_retries": ("string", "2", "times a cell that ended as an infra error (the model API failed) runs again"),
     "ponybench_retry_wait": ("string", "10", "seconds before the first retry of an infra error (doubling each time); "
                                              "also how long a 429 pauses every worker's next cell"),
@@ -194,8 +208,12 @@ def add_safety_options(group) -> None:
                     help="stop starting cells once finished cells of this run spent this much [ini ponybench_max_cost]")
     group.addoption("--ponybench-max-cell-cost", type=positive_usd, default=None, metavar="USD",
                     help="per-cell spend cap passed to the CLI as --max-budget-usd [ini ponybench_max_cell_cost]")
-    group.addoption("--ponybench-confine", action="store_true", default=False,
-                    help="run the agent under bubblewrap: system read-only, only its workspace writable")
+    group.addoption("--ponybench-confine", action="store_const", const=True, default=None,
+                    help="run the agent under bubblewrap (system read-only, only its workspace writable, the run "
+                         "directory hidden) or stop where it cannot [ini ponybench_confine, default auto: "
+                         "confined where bubblewrap works]")
+    group.addoption("--ponybench-no-confine", action="store_const", const=False, dest="ponybench_confine",
+                    help="run the agent unconfined, as this user [ini ponybench_confine = false]")
 
 
 def add_storage_options(group) -> None:
@@ -253,7 +271,7 @@ class Settings:
     resume: Path | None
     max_cost: float | None
     max_cell_cost: float | None
-    confine: bool
+    confine: bool | None  # True: confined or stop; False: never; None: where it works (agent.sandbox)
     at_once: int
     plots: bool
     retries: int
@@ -338,7 +356,8 @@ def settings(config) -> Settings:
         resume=opt.ponybench_resume,
         max_cost=opt.ponybench_max_cost or _ini_optional(config, "ponybench_max_cost", positive_usd),
         max_cell_cost=opt.ponybench_max_cell_cost or _ini_optional(config, "ponybench_max_cell_cost", positive_usd),
-        confine=bool(opt.ponybench_confine),
+        confine=(opt.ponybench_confine if opt.ponybench_confine is not None
+                 else _ini_parsed(config, "ponybench_confine", confine_mode)),
         at_once=(opt.ponybench_at_once or _ini_optional(config, "ponybench_at_once", positive_int)
                  or default_at_once(rescoring=opt.ponybench_rescore is not None)),
         plots=bool(opt.ponybench_plots or config.getini("ponybench_plots")),

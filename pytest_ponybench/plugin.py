@@ -115,11 +115,24 @@ class PonybenchState:
             return cell_cap, False
         return left, True
 
+    def confined(self) -> bool:
+        """Whether this process's cells run the agent in the sandbox: always with
+        --ponybench-confine (which stops where bubblewrap cannot), never with
+        --ponybench-no-confine, else where the trial sandbox of this host worked."""
+        if self.settings.confine is False:
+            return False
+        from . import agent
+
+        box = agent.sandbox()
+        if self.settings.confine is True and not box.works:
+            raise agent.CliMissing(f"--ponybench-confine: {box.problem}")
+        return box.works
+
     def cell_context(self, hook) -> CellContext:
         budget, run_cut = self.cell_caps()
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
                            arms_dir=self.settings.arms_dir, hook=hook, rehearsal=self.settings.rehearse,
-                           max_budget_usd=budget, run_cut=run_cut, confine=self.settings.confine,
+                           max_budget_usd=budget, run_cut=run_cut, confine=self.confined(),
                            exclusive=not self.is_worker and self.settings.at_once == 1,
                            retries=self.settings.retries, retry_wait=self.settings.retry_wait,
                            max_cost=self.settings.max_cost, spent=self.spent)

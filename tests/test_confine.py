@@ -1,4 +1,5 @@
-"""--ponybench-confine: the real CLI under bubblewrap, in rehearsal.
+"""The agent's sandbox (on by default where bubblewrap works): the real CLI under bubblewrap,
+in rehearsal; and where the sandbox cannot be made, the one line that says so.
 
 The scripted model writes the task's file in the workspace, then two files outside it: one
 beside the workspace in the run directory (which escape detection watches) and one in the
@@ -12,13 +13,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from pytest_ponybench import agent
 from support import proc_watch
-from support.benchproc import ADD_TASK, bench_args, only_run_dir, results, run, write_project
+from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, fake_env, only_run_dir, results, run, write_project
 from support.records import record_data
 
 OUTSIDE_CONFTEST = """\
@@ -72,7 +75,7 @@ def test_a_confined_agent_writes_its_workspace_and_nothing_else(outside_project)
 
 def test_unconfined_the_same_writes_land_and_the_cell_fails_as_escaped(outside_project):
     root, claude_bin = outside_project
-    done = run(root, bench_args(root, "--ponybench-rehearse", claude=claude_bin))
+    done = run(root, bench_args(root, "--ponybench-rehearse", "--ponybench-no-confine", claude=claude_bin))
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout[-3000:]
     ws = cell_dir(root)
     assert (ws / "add.py").is_file()
@@ -96,3 +99,66 @@ def test_a_cli_installed_under_tmp_still_runs_confined(outside_project, tmp_path
     assert done.returncode == 0, done.stdout[-3000:]
     (record,) = results(cell_dir(root).parent)
     assert (record["status"], record["passed"]) == ("finished", True)
+
+
+# --------------------------------------------------------------------------- the default, and where it cannot be
+
+def session_without_bwrap(root: Path, tmp_path: Path, *extra: str, ini: str = ""):
+    """A run with the stand-in CLI on a PATH that has python3 and no bubblewrap."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    write_project(root, {"add": ADD_TASK})
+    (root / "pytest.ini").write_text(f"[pytest]\ntestpaths = tasks\n{ini}")
+    env = {**fake_env(root, write=GOOD_ADD), "PATH": str(bin_dir)}
+    args = [a for a in bench_args(root) if a != "--ponybench-no-confine"]  # the default path
+    return run(root, [*args, *extra], env)
+
+
+def test_without_bubblewrap_the_run_goes_unconfined_and_says_so_in_the_header_and_run_json(tmp_path):
+    root = tmp_path / "project"
+    done = session_without_bwrap(root, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:]
+    why = "bubblewrap is not installed (apt-get install bubblewrap)"
+    header = done.stdout.split("collected")[0]
+    assert f"ponybench: the agent runs unconfined: {why}; it can read and write whatever this user can" in header
+    run_dir = only_run_dir(root)
+    assert json.loads((run_dir / "run.json").read_text())["confinement"] == {"confined": False, "why": why}
+    assert record_data(run_dir / "add__baseline__haiku__0", "agent")["confined"] is False
+
+
+def test_forced_confinement_without_bubblewrap_stops_before_any_cell(tmp_path):
+    root = tmp_path / "project"
+    done = session_without_bwrap(root, tmp_path, "--ponybench-confine")
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-3000:]
+    assert "--ponybench-confine: bubblewrap is not installed (apt-get install bubblewrap)" in done.stderr
+    assert not (root / "calls.jsonl").exists() and not (root / "runs").exists()
+
+
+def test_ini_turns_confinement_off_and_a_bad_value_is_named(tmp_path):
+    root = tmp_path / "off"
+    write_project(root, {"add": ADD_TASK})
+    (root / "pytest.ini").write_text("[pytest]\ntestpaths = tasks\nponybench_confine = false\n")
+    args = [a for a in bench_args(root) if a != "--ponybench-no-confine"]
+    done = run(root, args, fake_env(root, write=GOOD_ADD))
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "ponybench: the agent runs unconfined (--ponybench-no-confine)" in done.stdout
+    assert json.loads((only_run_dir(root) / "run.json").read_text())["confinement"] == {
+        "confined": False, "why": "--ponybench-no-confine"}
+    bad = tmp_path / "bad"
+    write_project(bad, {"add": ADD_TASK})
+    (bad / "pytest.ini").write_text("[pytest]\ntestpaths = tasks\nponybench_confine = maybe\n")
+    done = run(bad, [a for a in bench_args(bad) if a != "--ponybench-no-confine"], fake_env(bad, write=GOOD_ADD))
+    assert "ini option ponybench_confine = 'maybe': 'maybe' is not auto, true or false" in done.stderr
+
+
+def test_the_sandbox_hides_the_runs_folder_unless_the_cli_or_its_plugin_lies_in_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PONYBENCH_KEY_DIR", str(tmp_path / "keys"))
+    (tmp_path / "keys").mkdir()
+    run_dir = tmp_path / "runs" / "20261206-000000"
+    run_dir.mkdir(parents=True)
+    assert agent.hidden_paths(run_dir, ["/usr/bin/claude"]) == [tmp_path / "runs", tmp_path / "keys"]
+    plugin = tmp_path / "runs" / "plugins" / "p"
+    assert agent.hidden_paths(run_dir, ["/usr/bin/claude", plugin]) == [run_dir, tmp_path / "keys"]
+    # A key folder that holds what the agent needs (its home, say) stays: the run directory does not.
+    assert agent.hidden_paths(run_dir, [tmp_path / "keys" / "home"]) == [tmp_path / "runs"]

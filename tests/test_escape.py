@@ -49,15 +49,18 @@ def test_writes_inside_the_workspace_are_never_blamed(tmp_path):
     assert workspace.blame(ws, [], [str(ws / "pkg" / "a.py"), str(ws / "b.py")], exclusive=True) == []
 
 
-def test_confinement_absorbs_only_tmp_paths_it_does_not_bind(tmp_path):
+def test_confinement_absorbs_only_writes_to_the_agents_own_tmpdir(tmp_path):
     ws = tmp_path / "run" / "cell"
     ws.mkdir(parents=True)
-    rehearsal_home = {"HOME": "/tmp/ponybench-rehearsal-home-x"}
-    assert agent.absorbed_by_confinement("/tmp/elsewhere.txt", ws, {"HOME": "/root"})
+    scratch = agent.private_tmp()
+    assert agent.absorbed_by_confinement(f"{scratch}/notes.txt", ws, {"HOME": "/root"})
     # Bound from the host, so a write there is real: the workspace and a rehearsal's home.
     assert not agent.absorbed_by_confinement(str(ws / "a.py"), ws, {"HOME": "/root"})
-    assert not agent.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/.claude/x", ws, rehearsal_home)
-    # Outside /tmp the system is read-only under confinement: a write there that succeeded is real.
+    assert not agent.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/.claude/x", ws,
+                                             {"HOME": "/tmp/ponybench-rehearsal-home-x"})
+    # Elsewhere the system is read-only under confinement: a write there that succeeded is real.
+    assert not agent.absorbed_by_confinement("/tmp/elsewhere.txt", ws, {"HOME": "/root"})
+    assert not agent.absorbed_by_confinement(f"{scratch}-not/x", ws, {"HOME": "/root"})
     assert not agent.absorbed_by_confinement("/root/.claude/settings.json", ws, {"HOME": "/root"})
 
 

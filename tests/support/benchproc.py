@@ -62,7 +62,18 @@ def fake_env(root: Path, **spec) -> dict[str, str]:
 
 def bench_args(root: Path, *extra: str, claude: str | Path = FAKE) -> list[str]:
     return ["--ponybench", f"--ponybench-claude={claude}", f"--ponybench-dir={Path(root) / 'runs'}",
-            *QUIET, *extra]
+            *QUIET, *stand_in_unconfined(claude), *extra]
+
+
+REAL_CLI = REPO / "node_modules" / ".bin" / "claude"
+
+
+def stand_in_unconfined(claude: str | Path) -> list[str]:
+    """The stand-in CLI and the tests' wrappers report to the test through files beside the
+    project (a call log, counters, sync files, a write beside the workspace), which the
+    sandbox refuses: their runs go unconfined unless a test passes --ponybench-confine after
+    these. The real CLI's runs take the default (confined where bubblewrap works), as a user's do."""
+    return [] if Path(claude).resolve() == REAL_CLI.resolve() else ["--ponybench-no-confine"]
 
 
 def _env(env: dict[str, str] | None) -> dict[str, str]:

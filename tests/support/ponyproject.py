@@ -110,8 +110,10 @@ def fake_env(root: Path, home: Path | None = None, **spec) -> dict[str, str]:
 
 def bench_args(root: Path, *extra: str, claude: str | Path = FAKE) -> list[str]:
     """Options of a benchmark run (with '=': pytest must not take a path for a test path)."""
+    from support.benchproc import stand_in_unconfined
+
     return ["--ponybench", f"--ponybench-claude={claude}", f"--ponybench-dir={Path(root) / 'runs'}",
-            *QUIET, *extra]
+            *QUIET, *stand_in_unconfined(claude), *extra]
 
 
 def calls(root: Path) -> list[dict]:
