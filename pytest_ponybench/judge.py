@@ -604,6 +604,10 @@ def scripted_answer(request_text: str, script: str) -> str:
     stand-in for exercising the harness, never a measurement."""
     if script == "malformed":
         return "The submission looks reasonable to me overall."
+    if re.search(r"^GRADER: (?:llm|baseline)$", request_text, re.M) and "AXIS: " not in request_text:
+        from .judged_graders import scripted_verdict  # a claude plugin eval grader's request
+
+        return scripted_verdict(request_text, script)
     axis = "completeness" if "AXIS: completeness" in request_text else "over_engineering"
     submission = request_text.split("## The submission", 1)[-1]
     if axis == "over_engineering":
