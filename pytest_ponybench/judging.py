@@ -475,7 +475,9 @@ class JudgePlugin:
         from . import calibrate
 
         out = []
-        for fp in sorted({str(r["judge_fingerprint"]) for r in every if r.get("judge_fingerprint")}):
+        fps = {str(r["judge_fingerprint"]) for r in every if r.get("judge_fingerprint")}
+        fps |= {str(r["graders_judge_fingerprint"]) for r in every if r.get("graders_judge_fingerprint")}
+        for fp in sorted(fps):
             record = calibrate.load_calibration(fp)
             if record is None:
                 out.append(f"calibration: none on record for judge {fp}: its judged axes cannot gate "
