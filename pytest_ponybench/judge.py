@@ -110,6 +110,14 @@ def axes_for(kind: str) -> tuple[str, ...]:
     return AXES if kind in ("open", "fixture") else ("over_engineering",)
 
 
+def task_axes(task) -> tuple[str, ...]:
+    """The judged axes of one task: by its kind, unless it says `judge_completeness` (spec.py)."""
+    wanted = getattr(task, "judge_completeness", None)
+    if wanted is None:
+        return axes_for(task.kind)
+    return AXES if wanted else ("over_engineering",)
+
+
 # --------------------------------------------------------------------------- what the judge sees
 
 
@@ -560,7 +568,7 @@ def pairs_for(task) -> list[Pair]:
     variants = {"over_engineering": ("minimal vs over-built", over_built(good)),
                 "completeness": ("complete vs stub", stub(good))}
     found = []
-    for axis in axes_for(task.kind):
+    for axis in task_axes(task):
         name, worse = variants[axis]
         if worse == good:
             continue

@@ -429,7 +429,7 @@ class JudgePlugin:
         sub = judge.cell_submission(cell.task, ws, key, answer if isinstance(answer, str) else None)
         if sub.empty:
             return judge.empty_fields("not judged: no source file to judge (tests only)", self.model_id, fp)
-        judged = judge.judge_submission(self.ask, judge.axes_for(cell.task.kind), cell.task.prompt, sub, self.js.votes)
+        judged = judge.judge_submission(self.ask, judge.task_axes(cell.task), cell.task.prompt, sub, self.js.votes)
         fields = judge.record_fields(judged, self.model_id, fp)
         self.state.run_dir.record_spend(f"{cell.id}{judge.SPEND_SUFFIX}", fields["judge_cost_usd"])
         write_record(ws, kind, fields, key)
