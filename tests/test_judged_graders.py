@@ -163,3 +163,11 @@ def test_a_judge_pair_is_the_proof_s_examples_and_a_bad_one_is_refused(tmp_path)
     assert g.pass_example == jg.Work("Wrote it.", (("note.txt", "hi\n"),)) and g.fail_example == jg.Work("Nope.")
     with pytest.raises(SpecError, match=r"case.yaml: field 'ponybench.judge_pair.pass': must be"):
         case_with(tmp_path / "b", {"g": "---\ntype: llm\n---\nF.\n"}, {"ponybench": {"judge_pair": {"pass": "text"}}})
+
+
+def test_the_docs_show_the_grader_frames_as_sent():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "judge.md").read_text(encoding="utf-8")
+    for text in jg.FRAMES.values():
+        assert text in doc
