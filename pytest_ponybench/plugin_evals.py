@@ -352,6 +352,12 @@ class EvalSuites:
         state = session.config.stash.get(STATE, None)
         run_dir = getattr(state, "run_dir", None)
         text = self.markdown()
+        if self.judging and run_dir is not None and not hasattr(session.config, "workerinput"):
+            from .judging import grader_lines
+
+            graded = grader_lines(run_dir.read_results())
+            if graded:  # the verdicts of the judged graders, per arm then per cell
+                text += "\n## Judged graders\n\n" + "".join(f"- {line.strip()}\n" for line in graded)
         if hasattr(session.config, "workerinput") or run_dir is None or not text:
             return
         path = run_dir.path / "summary.md"

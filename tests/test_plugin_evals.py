@@ -517,7 +517,9 @@ def test_a_suite_s_llm_and_baseline_graders_run_in_rehearsal_and_a_rescore_reuse
     # Their cost is judge cost on the ledger, one line per cell, apart from the agents'.
     ledger = [json.loads(line) for line in (run_dir / "_ponybench.spend.jsonl").read_text().splitlines()]
     assert {e["cell"] for e in ledger if e["cell"].endswith("/graders/judge")} == {f"{c}/graders/judge" for c in found}
-    assert "judged" in (run_dir / "summary.md").read_text()
+    report = (run_dir / "summary.md").read_text()
+    assert "## Judged graders" in report and "- tidy-plugin: 2 passed, 1 failed, 1 not judged" in report
+    assert "- judged__baseline__haiku__0: like-reference (baseline): pass 3/3" in report
 
     again = run(plugin, [f"--ponybench-rescore={run_dir}", "--ponybench-judge", f"--ponybench-plugin={plugin}",
                          f"--ponybench-claude={claude_bin}", *QUIET], timeout=600)
