@@ -310,8 +310,10 @@ def cell_work(task, ws: Path, key: bytes | None, answer: str | None) -> Work:
 
     ws = Path(ws)
     seeded = workspace.seed_manifest(ws, task.seed, key)
-    files = []
+    files, shown = [], 0
     for dirpath, dirnames, filenames in os.walk(ws):
+        if shown > judge.MAX_SUBMISSION:  # the judge is shown no more than this: stop reading
+            break
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
@@ -320,7 +322,10 @@ def cell_work(task, ws: Path, key: bytes | None, answer: str | None) -> Work:
                 continue
             if seeded.get(rel) is not None and seeded[rel] == metrics._digest_file(path):
                 continue
-            files.append((rel, judge._read(path)))
+            content = judge._read(path) if path.stat().st_size <= judge.MAX_SUBMISSION * 4 else \
+                f"[ponybench: a file of {path.stat().st_size} bytes, not shown]"
+            files.append((rel, content))
+            shown += len(content)
     return Work(answer if isinstance(answer, str) else "", tuple(files))
 
 

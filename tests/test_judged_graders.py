@@ -171,3 +171,23 @@ def test_the_docs_show_the_grader_frames_as_sent():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "judge.md").read_text(encoding="utf-8")
     for text in jg.FRAMES.values():
         assert text in doc
+
+
+def test_a_cell_s_work_is_its_answer_and_the_files_it_wrote_not_the_seed_or_harness(tmp_path):
+    from types import SimpleNamespace
+
+    from pytest_ponybench import workspace
+    from pytest_ponybench.rundir import write_record
+
+    ws = tmp_path / "cell"
+    (ws / ".git").mkdir(parents=True)
+    (ws / ".git" / "HEAD").write_text("ref\n")
+    (ws / "seeded.txt").write_text("as seeded\n")
+    (ws / "changed.txt").write_text("changed\n")
+    (ws / "notes").mkdir()
+    (ws / "notes" / "new.md").write_text("# new\n")
+    (ws / "_ponybench.transcript.jsonl").write_text("{}\n")
+    write_record(ws, workspace.SEED_MANIFEST, {"seeded.txt": workspace.digest("as seeded\n"), "changed.txt": workspace.digest("x\n")}, None)
+    task = SimpleNamespace(seed={"seeded.txt": "as seeded\n", "changed.txt": "x\n"})
+    work = jg.cell_work(task, ws, None, "Done.")
+    assert work.answer == "Done." and work.files == (("changed.txt", "changed\n"), ("notes/new.md", "# new\n"))
