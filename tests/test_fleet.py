@@ -412,9 +412,9 @@ def test_links_an_agent_made_to_outside_its_workspace_are_not_recreated_on_the_c
 def test_a_judged_rehearsal_on_remote_workers_judges_every_cell_and_its_cost_comes_home(tmp_path, claude_bin):
     where = hosts(tmp_path, "A", "B")
     project = tmp_path / "project"
-    project.mkdir()
-    for folder in ("tasks", "arms", "fixtures"):
-        shutil.copytree(REPO / folder, project / folder)
+    (project / "tasks").mkdir(parents=True)
+    shutil.copy(REPO / "tasks" / "csv_total.yaml", project / "tasks")  # one task: one instrument and judge proof
+    shutil.copytree(REPO / "arms", project / "arms")
     (project / "pyproject.toml").write_text(
         '[tool.pytest.ini_options]\ntestpaths = ["tasks"]\nponybench_arms_list = "baseline,small-diff"\n')
     rehearse_on_hosts(project, claude_bin, where, "csv_total", "--ponybench-judge", "--ponybench-judge-votes=1",
