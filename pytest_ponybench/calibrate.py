@@ -140,6 +140,81 @@ def calibrate(ask, items: Sequence[Item], votes: int = 1) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- the judged graders
+
+GRADERS_AXIS = "graders"
+
+
+@dataclass(frozen=True)
+class GraderItem:
+    case: str
+    grader: object  # judged_graders.JudgedGrader
+    ticket: str
+    work: object  # judged_graders.Work
+    label: bool  # True: the grader should pass this work
+
+
+def load_grader_labels(path: Path) -> list[GraderItem]:
+    """The labelled set of the judged graders: a YAML `labels` list of {case: a case folder
+    (relative to the file), grader: its name, work: {answer, files}, label: pass | fail}."""
+    import yaml
+
+    from . import judged_graders, plugin_evals
+    from .spec import SpecError
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot be read as YAML: {exc}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("labels"), list):
+        raise ValueError(f"{path}: must be a mapping with a `labels` list")
+    cases, items = {}, []
+    for index, entry in enumerate(raw["labels"]):
+        where = f"{path}: labels[{index}]"
+        if not isinstance(entry, dict) or set(entry) - {"case", "grader", "work", "label"}:
+            raise ValueError(f"{where}: must have exactly case, grader, work and label")
+        if entry.get("label") not in ("pass", "fail"):
+            raise ValueError(f"{where}: field 'label' must be pass or fail")
+        work = judged_graders.work_of(entry.get("work"))
+        if work is None:
+            raise ValueError(f"{where}: field 'work' must be {{answer: text, files: {{path: content}}}}")
+        folder = Path(path).parent / str(entry.get("case"))
+        if folder not in cases:
+            try:
+                cases[folder] = plugin_evals.load_case(folder, "calibrate")
+            except (SpecError, OSError) as exc:
+                raise ValueError(f"{where}: field 'case': {exc}") from None
+        case = cases[folder]
+        grader = next((g for g in case.judged if g.name == entry.get("grader")), None)
+        if grader is None or (grader.problem and "pass example" not in grader.problem):
+            raise ValueError(f"{where}: field 'grader': the case {folder} has no runnable judged grader "
+                             f"{entry.get('grader')!r}" + (f" ({grader.problem})" if grader is not None else ""))
+        items.append(GraderItem(case.task.name, grader, case.task.prompt, work, entry["label"] == "pass"))
+    return items
+
+
+def calibrate_graders(ask, items: Sequence[GraderItem], votes: int = 1) -> dict:
+    """Judge every labelled work with its grader; agreement and Cohen's kappa of pass/fail."""
+    from . import judged_graders
+
+    def one(item):
+        return judged_graders.judge_grader(ask, item.grader, item.ticket, item.work, votes)
+
+    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
+        judged = list(pool.map(one, items))
+    pairs = [(item.label, v.passed) for item, v in zip(items, judged)]
+    scored = [(a, b) for a, b in pairs if b is not None]
+    kappa = cohen_kappa(scored)
+    figures = {"labels": len(pairs), "judged": len(scored),
+               "agreement": round(sum(a == b for a, b in scored) / len(scored), 3) if scored else None,
+               "within_one": None, "kappa": None if kappa is None else round(kappa, 3),
+               "decision_kappa": None if kappa is None else round(kappa, 3),
+               "cost_usd": round(sum(v.cost_usd for v in judged), 6)}
+    figures["passes_floor"] = bool(len(pairs) >= MIN_LABELS and scored and len(scored) == len(pairs)
+                                   and kappa is not None and kappa >= FLOOR)
+    return {GRADERS_AXIS: figures}
+
+
 def calibration_path(fingerprint: str, directory: Path | None = None) -> Path | None:
     base = directory if directory is not None else instruments.cache_dir()
     return None if base is None else Path(base) / "calibrations" / f"{fingerprint}.json"
@@ -190,6 +265,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--claude", default=None, help="the claude CLI (default: PATH, then node_modules/.bin/claude)")
     p.add_argument("--rehearse", default=None, metavar="SCRIPT",
                    help="the scripted judge instead of a model: agree, disagree, malformed, malformed:N or a fault")
+    p.add_argument("--graders-labels", type=Path, default=None, metavar="FILE",
+                   help="calibrate the judged graders of claude plugin eval suites on this labelled set "
+                        "instead of the judged axes (docs/judge.md)")
     p.add_argument("--out", type=Path, default=None, help="write the record here (default: the proof cache)")
     return p
 
@@ -205,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model_id = resolve_model(args.judge_model, model_ids([]))
         script = rehearsal_judge(args.rehearse) if args.rehearse else ("agree", 0, None)
-        items = load_labels(args.labels, args.tasks, args.fixtures)
+        items = load_grader_labels(args.graders_labels) if args.graders_labels else \
+            load_labels(args.labels, args.tasks, args.fixtures)
         claude = agent.find_claude(args.claude, Path.cwd())
         version = agent.claude_version(claude)
         if not args.rehearse and (problem := agent.real_run_problem()):
@@ -216,14 +295,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = RehearsalJudge(script) if args.rehearse else None
     try:
         env = server.env if server else {}
-        result = calibrate(lambda text: judge.ask_cli(claude, model_id, text, env), items, args.votes)
+        ask = lambda text: judge.ask_cli(claude, model_id, text, env)  # noqa: E731
+        result = calibrate_graders(ask, items, args.votes) if args.graders_labels else calibrate(ask, items, args.votes)
     finally:
         if server:
             server.stop()
-    fp = judge.fingerprint(model_id, version, path_name(script, bool(args.rehearse)))
-    identity = f"judge {model_id}, rubric {judge.rubric_hash()} (fingerprint {fp}, {path_name(script, bool(args.rehearse))})"
-    record = {"fingerprint": fp, "judge_model": model_id, "rubric": judge.rubric_hash(), "claude_version": version,
-              "labels_file": str(args.labels), "floor": FLOOR, "min_labels": MIN_LABELS, "axes": result}
+    path = path_name(script, bool(args.rehearse))
+    if args.graders_labels:  # the graders' judge has its own fingerprint (judged_graders.py)
+        from . import judged_graders
+
+        fp, rubric = judged_graders.fingerprint(model_id, version, path), judged_graders.frame_hash()
+    else:
+        fp, rubric = judge.fingerprint(model_id, version, path), judge.rubric_hash()
+    identity = f"judge {model_id}, rubric {rubric} (fingerprint {fp}, {path})"
+    record = {"fingerprint": fp, "judge_model": model_id, "rubric": rubric, "claude_version": version,
+              "labels_file": str(args.graders_labels or args.labels), "floor": FLOOR, "min_labels": MIN_LABELS,
+              "axes": result}
     target = args.out or calibration_path(fp)
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)

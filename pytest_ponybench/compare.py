@@ -425,6 +425,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     judged_failed, judged_unevaluated = judge_gates.evaluate(
         load_records(args.old_run), load_records(args.new_run), args.max_over_engineering_increase,
         args.max_incomplete_rate, args.judge_calibration)
+    graders_failed, graders_unevaluated = judge_gates.evaluate_graders(
+        load_records(args.new_run), args.min_judged_grader_pass_rate, args.judge_calibration)
+    judged_failed += graders_failed
+    judged_unevaluated += graders_unevaluated
     for title, found in (("Judged gates failed", judged_failed), ("Judged gates not evaluated", judged_unevaluated)):
         if found:
             print(f"{title}:\n" + "".join(f"  - {line}\n" for line in found), end="")

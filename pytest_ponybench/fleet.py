@@ -41,7 +41,7 @@ import pytest
 import yaml
 
 from . import agent, cell as cells, workspace
-from .rundir import PAUSE_FILE, RunDir, ledger_total, read_jsonl, read_record, records_dir, write_atomic, write_record
+from .rundir import HARNESS_PREFIX, PAUSE_FILE, RunDir, ledger_total, read_jsonl, read_record, records_dir, write_atomic, write_record
 
 SHIPMENT_KEY = "ponybench_fleet"
 RETURN_ATTR = "ponybench_return"  # the attribute a remote worker's call report carries home
@@ -52,8 +52,9 @@ CUT_FIELD = "workspace_cut"
 
 # Run-directory control files the controller relays between hosts: a worker's copy travels home
 # with its reports, the controller's goes out to every remote worker when it changes.
-# Run-directory control files every host must see: the shared 429 pause.
-RELAYED = [PAUSE_FILE]
+# Run-directory control files every host must see: the shared 429 pause, and the controller's
+# sealed judge proof (judging.py: a remote worker judges only with the run's proof).
+RELAYED = [PAUSE_FILE, f"{HARNESS_PREFIX}.judge-proof.json"]
 
 _PATH_SETTINGS = ("dir", "rescore", "resume", "tasks_dir", "arms_dir", "fixtures_dir")
 
@@ -299,6 +300,9 @@ def _unpack_into(config, settings_cls, shipped: dict, scratch: Path) -> Unpacked
             raise WorkerCannotStart(f"{where}: {problem}")
     run_dir = RunDir(settings.dir / shipped["stamp"])
     run_dir.path.mkdir(parents=True, exist_ok=True)
+    for name, text in (shipped.get("relayed") or {}).items():  # as they were when this worker started
+        if name in RELAYED and isinstance(text, str):
+            write_atomic(run_dir.path / name, text)
     return Unpacked(scratch=scratch, settings=settings, run_dir=run_dir, claude=claude,
                     kept=shipped.get("kept") or {})
 
@@ -397,7 +401,9 @@ class WorkerFleet:
         data, cut = pack_workspace(ws) if ws.is_dir() else (b"", [])
         if cut:
             self.left_behind = True
-        spend = [e for e in read_jsonl(self.run_dir.spend_path) if e.get("cell") == cell_id]
+        # The cell's own line and its judgements' ("<cell>/judge", "<cell>/graders/judge").
+        spend = [e for e in read_jsonl(self.run_dir.spend_path)
+                 if e.get("cell") == cell_id or str(e.get("cell", "")).startswith(cell_id + "/")]
         relayed = {}
         for name in RELAYED:
             try:
@@ -468,7 +474,13 @@ class ControllerFleet:
                 pytest.exit(f"ponybench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
             if self.state.settings.resume is not None:
                 self._shipment["kept"] = kept_records(self.state, tasks)
-        node.workerinput[SHIPMENT_KEY] = self._shipment
+        relayed = {}
+        for name in RELAYED:  # the control files as they are now (the judge's proof is made before any node)
+            try:
+                relayed[name] = (self.state.run_dir.path / name).read_text(encoding="utf-8")
+            except OSError:
+                continue
+        node.workerinput[SHIPMENT_KEY] = {**self._shipment, "relayed": relayed}
         self.remote_nodes.append(node)
         return True
 

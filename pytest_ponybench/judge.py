@@ -110,6 +110,14 @@ def axes_for(kind: str) -> tuple[str, ...]:
     return AXES if kind in ("open", "fixture") else ("over_engineering",)
 
 
+def task_axes(task) -> tuple[str, ...]:
+    """The judged axes of one task: by its kind, unless it says `judge_completeness` (spec.py)."""
+    wanted = getattr(task, "judge_completeness", None)
+    if wanted is None:
+        return axes_for(task.kind)
+    return AXES if wanted else ("over_engineering",)
+
+
 # --------------------------------------------------------------------------- what the judge sees
 
 
@@ -560,7 +568,7 @@ def pairs_for(task) -> list[Pair]:
     variants = {"over_engineering": ("minimal vs over-built", over_built(good)),
                 "completeness": ("complete vs stub", stub(good))}
     found = []
-    for axis in axes_for(task.kind):
+    for axis in task_axes(task):
         name, worse = variants[axis]
         if worse == good:
             continue
@@ -604,6 +612,10 @@ def scripted_answer(request_text: str, script: str) -> str:
     stand-in for exercising the harness, never a measurement."""
     if script == "malformed":
         return "The submission looks reasonable to me overall."
+    if re.search(r"^GRADER: (?:llm|baseline)$", request_text, re.M) and "AXIS: " not in request_text:
+        from .judged_graders import scripted_verdict  # a claude plugin eval grader's request
+
+        return scripted_verdict(request_text, script)
     axis = "completeness" if "AXIS: completeness" in request_text else "over_engineering"
     submission = request_text.split("## The submission", 1)[-1]
     if axis == "over_engineering":

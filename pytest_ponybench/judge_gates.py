@@ -22,6 +22,9 @@ def add_arguments(group) -> None:
     group.add_argument("--max-incomplete-rate", type=float, default=None, metavar="RATE",
                        help="fail when more than RATE (0.2 = 20%%) of an arm's judged cells in the new run are "
                             "incomplete (completeness <= 1); needs a calibrated judge")
+    group.add_argument("--min-judged-grader-pass-rate", type=float, default=None, metavar="RATE",
+                       help="fail when less than RATE (0.8 = 80%%) of an arm's judged claude plugin eval graders "
+                            "(llm, baseline) passed in the new run; needs a calibrated judge")
     group.add_argument("--judge-calibration", type=Path, default=None, metavar="FILE",
                        help="the judge's calibration record (default: the proof cache's, by fingerprint)")
 
@@ -85,3 +88,44 @@ def evaluate(old: Sequence[dict], new: Sequence[dict], max_increase: float | Non
                 failures.append(f"{key[0]} / {key[1]}: mean judged over_engineering rose by {rise:+.2f} points over "
                                 f"{len(shared)} tasks, more than the allowed {limit:g}")
     return failures, unevaluated
+
+
+GRADERS_AXIS = "graders"  # the calibration record's axis of the judged graders (calibrate.py --graders-labels)
+
+
+def grader_counts(records) -> dict[tuple, list[int]]:
+    """(arm, model) -> [judged graders passed, failed] over the records' verdict lines."""
+    out: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for r in records:
+        text = str(r.get("judged_graders") or "")
+        out[(r.get("arm"), r.get("model"))][0] += text.count("): pass ")
+        out[(r.get("arm"), r.get("model"))][1] += text.count("): fail ")
+    return out
+
+
+def evaluate_graders(new: Sequence[dict], min_rate: float | None,
+                     calibration_file: Path | None = None) -> tuple[list[str], list[str]]:
+    """`--min-judged-grader-pass-rate`: (failures, not evaluated). Not evaluated without judged
+    graders, with more than one judge, or without a calibration of that judge on the graders
+    at or above the floor (a verdict not judged is left out, never a pass)."""
+    if min_rate is None:
+        return [], []
+    judges = {str(r["graders_judge_fingerprint"]) for r in new
+              if r.get("graders_judge_fingerprint") and r.get("judged_graders")}
+    if len(judges) != 1:
+        why = ("the new run has no judged graders (run a plugin's evals/ suite with --ponybench-judge)" if not judges
+               else f"the new run's graders name {len(judges)} judges ({', '.join(sorted(judges))})")
+        return [], [f"judged grader gate not evaluated: {why}"]
+    (fp,) = judges
+    problem = calibrate.gate_problem(GRADERS_AXIS, calibrate.load_calibration(fp, calibration_file))
+    if problem:
+        return [], [f"judged grader gate not evaluated: judge {fp}: {problem}"]
+    failures = []
+    for (arm, model), (passed, failed) in sorted(grader_counts(new).items(), key=str):
+        if passed + failed == 0:
+            continue
+        rate = passed / (passed + failed)
+        if rate < min_rate - 1e-9:
+            failures.append(f"{arm} / {model}: {rate:.0%} of {passed + failed} judged graders passed, "
+                            f"less than the required {min_rate:.0%}")
+    return failures, []

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, instruments, judge, record as records
+from . import agent, instruments, judge, judged_graders, record as records
 from .rundir import HARNESS_PREFIX, canonical, mac, read_jsonl, read_record, valid_cost, write_atomic, write_record
 
 PROOF_AT_ONCE = 4  # judge pairs proven at once
@@ -224,11 +224,16 @@ class JudgePlugin:
         (`stopped`, naming the first pair it got wrong). A pair proven before by this judge
         fingerprint is remembered (instruments' cache), as instrument proofs are."""
         directory = instruments.cache_dir()
-        jobs, remembered = [], 0
+        jobs, remembered, total = [], 0, 0
         for task in tasks:
-            for pair in judge.pairs_for(task):
-                key = instruments.proof_key("judge", self.fingerprint(), task.prompt, pair.axis,
-                                            pair.better.text, pair.worse.text)
+            for pair in [*judge.pairs_for(task), *self._grader_pairs(task)]:
+                total += 1
+                if isinstance(pair, judged_graders.JudgedGrader):  # a plugin eval grader's pass/fail examples
+                    key = instruments.proof_key("judge-grader", self.graders_fingerprint(), task.prompt, pair.key,
+                                                pair.pass_example.text(), pair.fail_example.text())
+                else:
+                    key = instruments.proof_key("judge", self.fingerprint(), task.prompt, pair.axis,
+                                                pair.better.text, pair.worse.text)
                 if instruments._remembered(directory, key):
                     remembered += 1
                 else:
@@ -236,7 +241,10 @@ class JudgePlugin:
 
         def prove_one(job):
             task, pair, key = job
-            problem, spent, n = judge.prove_pair(self.ask, pair, task.prompt)
+            if isinstance(pair, judged_graders.JudgedGrader):
+                problem, spent, n = judged_graders.prove(self.ask, pair, task.prompt, task.name)
+            else:
+                problem, spent, n = judge.prove_pair(self.ask, pair, task.prompt)
             if self.state.run_dir is not None:
                 self.state.run_dir.record_spend(f"proof:{task.name}{judge.SPEND_SUFFIX}", spent)
             if problem is None:
@@ -249,7 +257,6 @@ class JudgePlugin:
         problems = [problem for problem, _, _ in done if problem]
         asked = sum(n for _, _, n in done)
         cost = sum(spent for _, spent, _ in done)
-        total = sum(len(judge.pairs_for(t)) for t in tasks)
         self.proven = not problems
         self.stopped = None if not problems else f"judge unproven: {problems[0]}"
         head = (f"judge {self.model_id} (rubric {judge.rubric_hash()}, fingerprint {self.fingerprint()}, {self.path})")
@@ -260,6 +267,21 @@ class JudgePlugin:
             self.proof_lines = [f"{head}: proven on {total} judge pairs ({remembered} remembered, "
                                 f"{asked} requests, ${cost:.4f})"]
         self._seal_proof()
+
+    def _grader_pairs(self, task) -> list:
+        """The judged graders of an imported claude plugin eval case that can run (each is
+        proven on its pass and fail examples); none for any other task."""
+        case = self._case(task.name)
+        return [g for g in case.judged if not g.problem] if case is not None else []
+
+    def _case(self, task_name: str):
+        evals = getattr(self.state, "evals", None)
+        return evals.cases.get(task_name) if evals is not None else None
+
+    def graders_fingerprint(self, fallback_version: str = "") -> str:
+        """The judge of the plugin eval graders: model, their framing's hash, CLI version, path."""
+        self.fingerprint(fallback_version)
+        return judged_graders.fingerprint(self.model_id, self.state.claude_version or fallback_version, self.path)
 
     def _seal_proof(self) -> None:
         run_dir = self.state.run_dir
@@ -317,6 +339,65 @@ class JudgePlugin:
 
     def pytest_ponybench_cell_record(self, cell, record):
         record.update(self.judged(cell, record))
+        if self._case(cell.task.name) is not None:
+            record.update(self.graded(cell, record))
+
+    def graded(self, cell, record) -> dict:
+        """The judged graders (llm, baseline) of a claude plugin eval case: kept verdicts of
+        this judge reused one by one (same grader key), the others asked, 3 votes each."""
+        case = self._case(cell.task.name)
+        runnable = [g for g in case.judged if not g.problem]
+        not_run = [g.label for g in case.judged if g.problem]
+        try:
+            fp = self.graders_fingerprint(str(record.get("claude_version") or ""))
+        except agent.CliMissing as exc:
+            return judged_graders.record_fields([], [g.label for g in case.judged], "", f"not judged: {exc}")
+        if not runnable:
+            return judged_graders.record_fields([], not_run, fp)
+        if not records.is_measured(record) or not record.get("ran") or not record.get("workspace"):
+            return judged_graders.record_fields([], [g.label for g in case.judged], fp,
+                                                f"not judged: the agent never ran properly ({record.get('status')})")
+        ws = Path(record["workspace"])
+        key = self.state.run_dir.key
+        kind = judged_graders.RECORD_PREFIX + fp
+        kept, problem = read_record(ws, kind, key)
+        by_name = {}
+        if problem is None and isinstance(kept, dict):
+            for data in kept.get("verdicts") or []:
+                verdict = judged_graders.verdict_from(data)
+                if verdict is not None and not verdict.status.startswith("infra_error"):
+                    by_name[(verdict.name, verdict.key)] = verdict
+        verdicts, wanted = {}, []
+        for grader in runnable:
+            if (grader.name, grader.key) in by_name:
+                verdicts[grader.name] = by_name[(grader.name, grader.key)]
+            else:
+                wanted.append(grader)
+        reused = bool(verdicts) and not wanted
+        status = judge.JUDGE_STATUS_OK
+        if wanted:
+            try:
+                stopped = self.ready()
+            except agent.CliMissing as exc:
+                stopped = f"not judged: {exc}"
+            cap = self.state.settings.max_cost
+            if not stopped and cap is not None and self.state.spent() >= cap:
+                stopped = f"not judged: the run's budget of ${cap:g} is spent"
+            if stopped:
+                status = stopped
+                not_run += [g.label for g in wanted]
+            else:
+                from .workspace import TRANSCRIPT
+
+                answer = (agent.read_transcript(ws / TRANSCRIPT).result or {}).get("result")
+                work = judged_graders.cell_work(cell.task, ws, key, answer)
+                fresh = [judged_graders.judge_grader(self.ask, g, cell.task.prompt, work) for g in wanted]
+                verdicts.update((v.name, v) for v in fresh)
+                self.state.run_dir.record_spend(f"{cell.id}{judged_graders.SPEND_NAME}",
+                                                round(sum(v.cost_usd for v in fresh), 6))
+                write_record(ws, kind, {"verdicts": [judged_graders.verdict_data(v) for v in verdicts.values()]}, key)
+        ordered = [verdicts[g.name] for g in runnable if g.name in verdicts]
+        return judged_graders.record_fields(ordered, not_run, fp, status, reused)
 
     def judged(self, cell, record) -> dict:
         try:
@@ -348,7 +429,7 @@ class JudgePlugin:
         sub = judge.cell_submission(cell.task, ws, key, answer if isinstance(answer, str) else None)
         if sub.empty:
             return judge.empty_fields("not judged: no source file to judge (tests only)", self.model_id, fp)
-        judged = judge.judge_submission(self.ask, judge.axes_for(cell.task.kind), cell.task.prompt, sub, self.js.votes)
+        judged = judge.judge_submission(self.ask, judge.task_axes(cell.task), cell.task.prompt, sub, self.js.votes)
         fields = judge.record_fields(judged, self.model_id, fp)
         self.state.run_dir.record_spend(f"{cell.id}{judge.SPEND_SUFFIX}", fields["judge_cost_usd"])
         write_record(ws, kind, fields, key)
@@ -377,6 +458,14 @@ class JudgePlugin:
             spent = judge_spent(self.state.run_dir)
             tr.write_line(f"judge cost {usd(spent)}, apart from the agents' {usd(max(self.state.run_dir.spent() - spent, 0.0))}"
                           + (" (simulated)" if self.rehearsal else ""))
+        graded = grader_lines(every)
+        if graded:
+            tr.write_sep("-", "ponybench judged graders (claude plugin eval)")
+            if table is None:
+                for line in self.proof_lines:
+                    tr.write_line(line, red="NOT proven" in line)
+            for line in graded:
+                tr.write_line(line)
         if self.rehearsal:
             terminalreporter.write_line(f"ponybench: the scripted judge answered {self.requests} judge "
                                         f"requests in this process")
@@ -386,7 +475,9 @@ class JudgePlugin:
         from . import calibrate
 
         out = []
-        for fp in sorted({str(r["judge_fingerprint"]) for r in every if r.get("judge_fingerprint")}):
+        fps = {str(r["judge_fingerprint"]) for r in every if r.get("judge_fingerprint")}
+        fps |= {str(r["graders_judge_fingerprint"]) for r in every if r.get("graders_judge_fingerprint")}
+        for fp in sorted(fps):
             record = calibrate.load_calibration(fp)
             if record is None:
                 out.append(f"calibration: none on record for judge {fp}: its judged axes cannot gate "
@@ -405,8 +496,31 @@ class JudgePlugin:
             self._server = None
 
 
+def grader_lines(every) -> list[str]:
+    """Per arm, how many judged graders passed; then each cell's verdicts."""
+    counts: dict[str, list[int]] = {}
+    cells = []
+    for r in sorted(every, key=lambda r: str(r.get("cell"))):
+        text = r.get("judged_graders")
+        if not text and not r.get("graders_judge_fingerprint"):
+            continue
+        passed = str(text or "").count("): pass ")
+        failed = str(text or "").count("): fail ")
+        mine = counts.setdefault(str(r.get("arm")), [0, 0, 0])
+        mine[0] += passed
+        mine[1] += failed
+        mine[2] += len([p for p in str(r.get("graders_not_run") or "").split(", ") if p]) + \
+            str(text or "").count("): not judged") + str(text or "").count("): infra_error")
+        cells.append(f"  {r.get('cell')}: {text or '-'}" + (f" (not run: {r['graders_not_run']})"
+                                                             if r.get("graders_not_run") else ""))
+    out = [f"{arm}: {p} passed, {f} failed, {n} not judged" for arm, (p, f, n) in sorted(counts.items())]
+    return out + cells
+
+
 def register(config, state) -> None:
     """Register the judge when --ponybench-judge (or the ini) asks for it (plugin.py)."""
     js = settings(config)
     if js.on and state.settings.enabled:
         config.pluginmanager.register(JudgePlugin(state, config, js), "ponybench-judge")
+        if getattr(state, "evals", None) is not None:
+            state.evals.judging = True  # the judged graders run: off the "not run" list

@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from . import graders as grading
+from .judged_graders import RUBRIC_KEYS, JudgedGrader, from_grader
 from .spec import NAME_RE, SpecError, TaskSpec, check_relative, load_yaml
 
 CASE_FILES = ("case.yaml", "prompt.md")
@@ -59,6 +60,8 @@ class EvalCase:
     # the graders no derived default can satisfy ("grader g (kind): why").
     rehearsal_files: dict = field(default_factory=dict)
     rehearsal_unsatisfied: tuple[str, ...] = ()
+    # The judged graders with what they need to run under --ponybench-judge (judged_graders.py).
+    judged: tuple[JudgedGrader, ...] = ()
 
     @property
     def setup_not_run(self) -> tuple[str, ...]:
@@ -110,6 +113,10 @@ def _grader_files(case: Path) -> list[dict]:
         grader.setdefault("name", path.stem)
         if grader.get("type") == "regex" and not grader.get("pattern") and body.strip():
             grader["pattern"] = body.strip()
+        # A judged grader's rubric may be the file's body (judged_graders.py).
+        if grader.get("type") in grading.JUDGED and body.strip() and not any(
+                isinstance(grader.get(k), str) and grader[k].strip() for k in RUBRIC_KEYS):
+            grader["rubric"] = body.strip()
         grader["_file"] = str(path)
         out.append(grader)
     return out
@@ -162,6 +169,23 @@ def _rehearsal(raw: dict, where: Path) -> tuple[dict[str, str] | None, str | Non
     return files, answer
 
 
+def _check_judge_pair(raw: dict, where: Path) -> None:
+    """`ponybench: {judge_pair: {pass: {answer, files}, fail: {answer, files}}}`: the examples
+    the judge is proven on for this case's judged graders (judged_graders.py)."""
+    block = raw.get("ponybench") if isinstance(raw.get("ponybench"), dict) else {}
+    pair = block.get("judge_pair")
+    if pair is None:
+        return
+    if not isinstance(pair, dict) or not set(pair) <= {"pass", "fail"} or not pair:
+        raise SpecError(f"{where}: field 'ponybench.judge_pair': must be a mapping with `pass` and/or `fail`, "
+                        f"each {{answer: text, files: {{path: content}}}}")
+    for side, example in pair.items():
+        if not isinstance(example, dict) or not set(example) <= {"answer", "files"} \
+                or not isinstance(example.get("files") or {}, dict):
+            raise SpecError(f"{where}: field 'ponybench.judge_pair.{side}': must be {{answer: text, files: "
+                            f"{{path: content}}}}")
+
+
 def load_case(case: Path, plugin_arm: str) -> EvalCase:
     """One case folder as a task. Raises SpecError naming the file and field at fault."""
     case = Path(case)
@@ -206,11 +230,13 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
     graders = [{k: v for k, v in g.items() if k != "_file"} for g in graders]
     runnable = [g for g in graders if g["type"] in grading.DETERMINISTIC]
     not_run = tuple(f"{g['name']} ({g['type']})" for g in graders if g["type"] in grading.JUDGED)
+    judged = tuple(from_grader(g, case, raw) for g in graders if g["type"] in grading.JUDGED)
     tags = [t for t in list(raw.get("tags") or []) + list(front.get("tags") or [])
             if isinstance(t, str) and t.isidentifier()]
     ignored = tuple(sorted((set(raw) - USED_KEYS) | (set(front) - {"tags"})
                            | {name for name in SETUP_SCRIPTS if (case / name).is_file()}))
     rehearsal_files, answer = _rehearsal(raw, where)
+    _check_judge_pair(raw, where)
     unsatisfied: tuple[str, ...] = ()
     if rehearsal_files is None:  # no block: what the graders expect, as far as a default can
         if runnable:
@@ -240,7 +266,7 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
     )
     return EvalCase(task=task, plugin_arm=plugin_arm, graders=tuple(graders), not_run=not_run,
                     rehearsal_answer=answer, ignored=ignored, rehearsal_files=rehearsal_files,
-                    rehearsal_unsatisfied=unsatisfied)
+                    rehearsal_unsatisfied=unsatisfied, judged=judged)
 
 
 def load_suite(plugin: Path, plugin_arm: str) -> list[EvalCase]:
@@ -258,6 +284,7 @@ class EvalSuites:
     was not run at the end (terminal and summary.md)."""
 
     cases: dict[str, EvalCase] = field(default_factory=dict)
+    judging: bool = False  # --ponybench-judge: the judged graders run (judging.py), off the not-run list
 
     def add(self, suite: list[EvalCase], taken: dict[str, Path]) -> None:
         for case in suite:
@@ -274,8 +301,8 @@ class EvalSuites:
 
     def pytest_ponybench_cell_record(self, cell, record):
         case = self.cases.get(cell.task.name)
-        if case is not None:
-            record["graders_not_run"] = ", ".join(case.not_run)
+        if case is not None:  # under --ponybench-judge the judge's own hook says which did not run
+            record.setdefault("graders_not_run", ", ".join(case.not_run))
 
     def pytest_ponybench_rehearsal_script(self, cell, script, workspace):
         case = self.cases.get(cell.task.name)
@@ -295,8 +322,12 @@ class EvalSuites:
     def not_run_lines(self) -> list[str]:
         lines = []
         for name, case in sorted(self.cases.items()):
-            if case.not_run:
-                lines.append(f"{name}: judged graders not run (they need a second model): {', '.join(case.not_run)}")
+            if case.not_run and not self.judging:
+                lines.append(f"{name}: judged graders not run (they need a second model; run with --ponybench-judge): "
+                             f"{', '.join(case.not_run)}")
+            for grader in case.judged if self.judging else ():
+                if grader.problem:
+                    lines.append(f"{name}: judged grader not run: {grader.problem}")
             if case.setup_not_run:
                 lines.append(f"{name}: not imported, the agent starts without it: {', '.join(case.setup_not_run)}")
         return lines
@@ -321,6 +352,12 @@ class EvalSuites:
         state = session.config.stash.get(STATE, None)
         run_dir = getattr(state, "run_dir", None)
         text = self.markdown()
+        if self.judging and run_dir is not None and not hasattr(session.config, "workerinput"):
+            from .judging import grader_lines
+
+            graded = grader_lines(run_dir.read_results())
+            if graded:  # the verdicts of the judged graders, per arm then per cell
+                text += "\n## Judged graders\n\n" + "".join(f"- {line.strip()}\n" for line in graded)
         if hasattr(session.config, "workerinput") or run_dir is None or not text:
             return
         path = run_dir.path / "summary.md"

@@ -44,6 +44,8 @@ TASK_FIELDS = {
     "rehearsal_fault": "what the scripted model does wrong in rehearsal: 429, 529, 500, 401, 403, stall or cut, ':N' for the first N requests",
     "review": "what a reviewer blocks a merge for, one {requirement: ..., check: axis.name} per line",
     "equivalent_mutants": "{mutant id: why it changes no behaviour}: survivors of the mutation score",
+    "judge_completeness": "true: the judge (--ponybench-judge) scores completeness here too; false: never "
+                          "(default: open and fixture tasks only)",
 }
 ARM_FIELDS = {
     "description": "one line for humans",
@@ -110,6 +112,7 @@ class TaskSpec:
     rehearsal_fault: str = ""  # rehearsal only: the fault the scripted model plays (rehearsal.parse_fault)
     review: tuple["ReviewLine", ...] = ()  # what the reviewer checks, each line naming its checks
     equivalent_mutants: dict[str, str] = field(default_factory=dict)  # mutant id -> why it is equivalent
+    judge_completeness: bool | None = None  # None: by kind (judge.task_axes)
 
     @property
     def kind(self) -> str:
@@ -408,11 +411,16 @@ def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
                                                    for k, v in equivalent.items()):
         raise SpecError(f"{path}: field 'equivalent_mutants': must map a mutant id (as the selftest prints it) "
                         f"to one line saying why it changes no behaviour")
+    completeness = raw.get("judge_completeness")
+    if completeness is not None and not isinstance(completeness, bool):
+        raise SpecError(f"{path}: field 'judge_completeness': must be true or false (or left out: open and "
+                        f"fixture tasks are judged on completeness, others not)")
     return TaskSpec(
         name=name, path=path, prompt=prompt, file=entry, seed=seed, fixture=fixture, open=open_,
         checks=dict(checks), refs=refs, tags=tuple(tags), check_timeout=float(timeout),
         rehearsal=rehearsal, description=str(description), spec_hash=_short_hash(raw),
         forbidden=forbidden, rehearsal_fault=fault, review=review, equivalent_mutants=dict(equivalent),
+        judge_completeness=completeness,
     )
 
 

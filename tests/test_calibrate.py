@@ -140,3 +140,82 @@ def test_calibrate_through_the_pinned_cli_records_by_fingerprint(tmp_path, claud
     record = json.loads(out.read_text())
     assert record["rubric"] == judge.rubric_hash() and record["axes"]["over_engineering"]["labels"] == 2
     assert calibrate.gate_problem("over_engineering", record).startswith("its calibration has 2 labels")
+
+
+# --------------------------------------------------------------------------- the judged graders' calibration and gate
+
+def grader_labels(tmp_path, n=20):
+    """A case with an llm grader, and 2n labelled works: n that did the work (pass), n that did nothing (fail)."""
+    import yaml
+
+    from pytest_ponybench.judged_graders import REFUSAL
+
+    case = tmp_path / "evals" / "note"
+    (case / "graders").mkdir(parents=True)
+    (case / "prompt.md").write_text("Write a note into note.txt.\n")
+    (case / "graders" / "wrote.md").write_text("---\ntype: llm\n---\nThe note was written.\n")
+    labels = [{"case": "evals/note", "grader": "wrote", "label": "pass",
+               "work": {"answer": f"Wrote note {i}.", "files": {"note.txt": f"note {i}\n"}}} for i in range(n)]
+    labels += [{"case": "evals/note", "grader": "wrote", "label": "fail", "work": {"answer": REFUSAL}} for _ in range(n)]
+    path = tmp_path / "grader_labels.yaml"
+    path.write_text(yaml.safe_dump({"labels": labels}))
+    return path
+
+
+def test_the_judged_graders_are_calibrated_on_pass_fail_labels(tmp_path):
+    items = calibrate.load_grader_labels(grader_labels(tmp_path))
+    good = calibrate.calibrate_graders(scripted("agree"), items)["graders"]
+    assert good["labels"] == 40 and good["agreement"] == 1.0 and good["kappa"] == 1.0 and good["passes_floor"]
+    bad = calibrate.calibrate_graders(scripted("disagree"), items)["graders"]
+    assert bad["kappa"] == -1.0 and not bad["passes_floor"]
+    few = calibrate.calibrate_graders(scripted("agree"), items[:10] + items[-10:])["graders"]
+    assert few["kappa"] == 1.0 and not few["passes_floor"]  # 20 labels: fewer than 40
+
+
+def test_a_bad_grader_label_names_the_entry(tmp_path):
+    path = grader_labels(tmp_path, 1)
+    path.write_text(path.read_text().replace("label: fail", "label: maybe"))
+    with pytest.raises(ValueError, match=r"labels\[1\]: field 'label' must be pass or fail"):
+        calibrate.load_grader_labels(path)
+    path.write_text(path.read_text().replace("grader: wrote", "grader: nobody"))
+    with pytest.raises(ValueError, match=r"labels\[0\]: field 'grader': the case .* has no runnable judged grader 'nobody'"):
+        calibrate.load_grader_labels(path)
+
+
+def graded(arm, passed, failed, fp="gfp"):
+    verdicts = [f"g{i} (llm): pass 3/3: ok" for i in range(passed)] + [f"h{i} (llm): fail 0/3: no" for i in range(failed)]
+    return dict(judged(f"t{arm}", arm, None, None), judged_graders="; ".join(verdicts), graders_judge_fingerprint=fp)
+
+
+def test_a_gate_on_the_judged_graders_needs_their_calibration(tmp_path):
+    from pytest_ponybench.judge_gates import evaluate_graders
+
+    items = calibrate.load_grader_labels(grader_labels(tmp_path))
+    cal = tmp_path / "graders-calibration.json"
+    cal.write_text(json.dumps({"fingerprint": "gfp", "axes": calibrate.calibrate_graders(scripted("agree"), items)}))
+    new = [graded("terse", 1, 3), graded("baseline", 4, 0)]
+    assert evaluate_graders(new, 0.8, cal) == (["terse / haiku: 25% of 4 judged graders passed, less than the required 80%"], [])
+    assert evaluate_graders(new, 0.2, cal) == ([], [])
+    # Refused without a calibration on record, or below the floor, or with no judged graders at all.
+    _, unevaluated = evaluate_graders(new, 0.8, tmp_path / "none.json")
+    assert unevaluated == ["judged grader gate not evaluated: judge gfp: the judge has no calibration on record "
+                           "(run ponybench-calibrate with the same judge model and CLI)"]
+    below = tmp_path / "below.json"
+    below.write_text(json.dumps({"fingerprint": "gfp", "axes": calibrate.calibrate_graders(scripted("disagree"), items)}))
+    assert "below the floor" in evaluate_graders(new, 0.8, below)[1][0]
+    assert "no judged graders" in evaluate_graders([judged("t", "a", 0, 3)], 0.8, cal)[1][0]
+    old, run = write(tmp_path / "old", new), write(tmp_path / "new", new)
+    assert compare.main([str(old), str(run), "--min-judged-grader-pass-rate=0.8", f"--judge-calibration={cal}"]) == 1
+    assert compare.main([str(old), str(run), "--min-judged-grader-pass-rate=0.2", f"--judge-calibration={cal}"]) == 0
+
+
+def test_calibrate_the_graders_through_the_pinned_cli(tmp_path, claude_bin, capsys):
+    out = tmp_path / "calibration.json"
+    code = calibrate.main(["--graders-labels", str(grader_labels(tmp_path, 2)), "--claude", claude_bin,
+                           "--rehearse", "agree", "--out", str(out)])
+    assert code == 0
+    assert "graders: 4 of 4 labels judged; agreement 1.0" in capsys.readouterr().out
+    from pytest_ponybench import judged_graders
+
+    record = json.loads(out.read_text())
+    assert record["rubric"] == judged_graders.frame_hash() and record["axes"]["graders"]["passes_floor"] is False

@@ -407,3 +407,26 @@ def test_links_an_agent_made_to_outside_its_workspace_are_not_recreated_on_the_c
     assert not (arrived / "passwd").is_symlink() and not (arrived / "up").is_symlink()
     assert "not recreated here: passwd, up" in props["workspace_cut"] or \
         "not recreated here: up, passwd" in props["workspace_cut"], props
+
+
+def test_a_judged_rehearsal_on_remote_workers_judges_every_cell_and_its_cost_comes_home(tmp_path, claude_bin):
+    where = hosts(tmp_path, "A", "B")
+    project = tmp_path / "project"
+    (project / "tasks").mkdir(parents=True)
+    shutil.copy(REPO / "tasks" / "csv_total.yaml", project / "tasks")  # one task: one instrument and judge proof
+    shutil.copytree(REPO / "arms", project / "arms")
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\ntestpaths = ["tasks"]\nponybench_arms_list = "baseline,small-diff"\n')
+    rehearse_on_hosts(project, claude_bin, where, "csv_total", "--ponybench-judge", "--ponybench-judge-votes=1",
+                      passed=2)
+    run_dir = only_run_dir(project)
+    ran = results(run_dir)
+    # The controller's proof reached the workers: each cell judged there, not "unproven".
+    assert [r["judge_status"] for r in ran] == ["judged", "judged"], [r["judge_status"] for r in ran]
+    assert all(r["over_engineering"] == 0 for r in ran)
+    for record in ran:  # the kept judgement came home with the workspace
+        assert list((run_dir / "_ponybench.records" / record["cell"]).glob("judge-*.json"))
+    # The judge's cost on the workers is on the controller's one ledger, as judge cost.
+    ledger = [json.loads(line)["cell"] for line in (run_dir / "_ponybench.spend.jsonl").read_text().splitlines()]
+    assert sorted(c for c in ledger if c.endswith("/judge") and not c.startswith("proof:")) == \
+        sorted(f"{r['cell']}/judge" for r in ran)

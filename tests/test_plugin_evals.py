@@ -352,7 +352,7 @@ def test_an_imported_suite_runs_in_rehearsal_each_grader_kind_passing_and_failin
     assert done.returncode == pytest.ExitCode.TESTS_FAILED
     assert "arm tidy-plugin: proven" in done.stdout and "arm baseline: proven" in done.stdout
     # Judged graders: listed as not run in the output and the report, never dropped.
-    assert "every-kind: judged graders not run (they need a second model): like-reference (baseline), tone (llm)" \
+    assert "every-kind: judged graders not run (they need a second model; run with --ponybench-judge): like-reference (baseline), tone (llm)" \
         in done.stdout
     report = (run_dir / "summary.md").read_text()
     assert "## Graders not run" in report and "like-reference (baseline), tone (llm)" in report
@@ -451,3 +451,98 @@ def test_a_yaml_error_in_case_yaml_names_its_line_and_kind_for_type_is_named(tmp
     assert str(raised.value) == (f"{case / 'case.yaml'} graders[1]: grader 'grader-1': no 'type' (it has "
                                  f"'kind: regex': the field is 'type'); the kinds are "
                                  f"regex, tool_used, tool_order, file_exists, llm, baseline")
+
+
+# --------------------------------------------------------------------------- judged graders run by the judge
+
+REFERENCE = "\n".join(json.dumps(line) for line in [
+    {"type": "system", "subtype": "init", "model": "claude-haiku-4-5"},
+    {"type": "assistant", "message": {"content": [{"type": "tool_use", "name": "Write",
+                                                    "input": {"file_path": "note.txt", "content": "hello\n"}}]}},
+    {"type": "result", "subtype": "success", "result": "I wrote the note into note.txt."}]) + "\n"
+DID_NOTHING = "I could not do this task, so I changed nothing and wrote no file."
+
+
+def write_judged_suite(plugin: Path) -> None:
+    """Two cases with judged graders, and the plugin folder as a project of its own (an empty
+    tasks/ and a baseline arm: the shipped library's tasks stay out of the run and its proof)."""
+    (plugin / "tasks").mkdir()
+    (plugin / "arms").mkdir()
+    (plugin / "arms" / "baseline.yaml").write_text("description: nothing added\n")
+    evals = plugin / "evals"
+    folder = write_case(evals, "judged", prompt="Write a note into note.txt.",
+                        case={"ponybench": {"rehearsal": {"files": {"note.txt": "hello\n"}, "answer": "I wrote the note."}},
+                              "graders": [{"type": "file_exists", "path": "note.txt", "name": "note-there"}]},
+                        grader_files={"tone": "---\ntype: llm\n---\nThe answer says plainly what was written.\n",
+                                      "like-reference": {"type": "baseline", "reference": "reference.jsonl"},
+                                      "no-rubric": {"type": "llm"}})
+    (folder / "reference.jsonl").write_text(REFERENCE)
+    # An agent that does nothing: its judged grader fails (the case's own pass example proves it).
+    write_case(evals, "idle", prompt="Write a note into note.txt.",
+               case={"ponybench": {"rehearsal": {"files": {}, "answer": DID_NOTHING},
+                                   "judge_pair": {"pass": {"answer": "Wrote it.", "files": {"note.txt": "hi\n"}}}}},
+               grader_files={"wrote": "---\ntype: llm\n---\nThe note was written.\n"})
+
+
+def test_a_suite_s_llm_and_baseline_graders_run_in_rehearsal_and_a_rescore_reuses_them(tmp_path, claude_bin):
+    plugin = write_plugin(tmp_path / "tidy")
+    write_judged_suite(plugin)
+    runs = tmp_path / "runs"
+    args = ["--ponybench", "--ponybench-rehearse", "--ponybench-judge", f"--ponybench-plugin={plugin}",
+            f"--ponybench-claude={claude_bin}", f"--ponybench-dir={runs}", *QUIET]
+    done = run(plugin, [*args, "-n", "2"], timeout=600)
+    # The idle case is an open task (judged graders only) whose agent delivered nothing: it fails.
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
+    (run_dir,) = [d for d in runs.iterdir() if d.is_dir()]
+    found = {r["cell"]: r for r in results(run_dir)}
+    for arm in ("baseline", "tidy-plugin"):
+        judged = found[f"judged__{arm}__haiku__0"]
+        assert judged["passed"], judged["failure"]
+        assert judged["judged_graders"] == ("like-reference (baseline): pass 3/3: scripted: did the work; "
+                                            "tone (llm): pass 3/3: scripted: did the work"), judged["judged_graders"]
+        assert judged["graders_not_run"] == "no-rubric (llm)"  # it cannot run: named, never passed
+        assert judged["judged_graders_passed"] is None and judged["graders_judge_status"] == "judged"
+        idle = found[f"idle__{arm}__haiku__0"]
+        assert idle["judged_graders"] == "wrote (llm): fail 0/3: scripted: did nothing"
+        assert idle["judged_graders_passed"] is False and idle["graders_not_run"] == ""
+        assert idle["graders_judge_cost_usd"] > 0
+    # Off the "not run" list; the one that cannot run says why.
+    assert "they need a second model" not in done.stdout
+    assert "judged: judged grader not run: grader no-rubric (llm) has no rubric" in done.stdout
+    # Proven on each grader's pass and fail examples before any cell: 3 graders, 2 requests each.
+    assert re.search(r"ponybench: judge claude-sonnet-4-6 \(rubric \w+, fingerprint \w+, rehearsal:agree\): "
+                     r"proven on 3 judge pairs \(0 remembered, 6 requests", done.stdout), done.stdout
+    assert "ponybench judged graders (claude plugin eval)" in done.stdout
+    assert "tidy-plugin: 2 passed, 1 failed, 1 not judged" in done.stdout
+    # Their cost is judge cost on the ledger, one line per cell, apart from the agents'.
+    ledger = [json.loads(line) for line in (run_dir / "_ponybench.spend.jsonl").read_text().splitlines()]
+    assert {e["cell"] for e in ledger if e["cell"].endswith("/graders/judge")} == {f"{c}/graders/judge" for c in found}
+    report = (run_dir / "summary.md").read_text()
+    assert "## Judged graders" in report and "- tidy-plugin: 2 passed, 1 failed, 1 not judged" in report
+    assert "- judged__baseline__haiku__0: like-reference (baseline): pass 3/3" in report
+
+    again = run(plugin, [f"--ponybench-rescore={run_dir}", "--ponybench-judge", f"--ponybench-plugin={plugin}",
+                         f"--ponybench-claude={claude_bin}", *QUIET], timeout=600)
+    assert again.returncode == pytest.ExitCode.TESTS_FAILED, again.stdout + again.stderr
+    assert "the scripted judge answered 0 judge requests in this process" in again.stdout
+    rescored = {r["cell"]: r for r in results(run_dir)}
+    keys = ("judged_graders", "judged_graders_passed", "graders_not_run", "graders_judge_fingerprint")
+    assert {c: {k: r[k] for k in keys} for c, r in rescored.items()} == {c: {k: r[k] for k in keys} for c, r in found.items()}
+    assert all(r["graders_judge_reused"] for r in rescored.values())
+
+
+def test_a_judge_failing_a_grader_s_pair_runs_no_grader(tmp_path, claude_bin):
+    plugin = write_plugin(tmp_path / "tidy")
+    write_judged_suite(plugin)
+    runs = tmp_path / "runs"
+    done = run(plugin, ["--ponybench", "--ponybench-rehearse", "--ponybench-judge", "--ponybench-rehearse-judge=disagree",
+                        f"--ponybench-plugin={plugin}", "-k", "idle",
+                        f"--ponybench-claude={claude_bin}", f"--ponybench-dir={runs}", *QUIET], timeout=600)
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr  # nothing delivered
+    assert "NOT proven" in done.stdout and "idle (grader wrote (llm), pass example vs fail example): the judge said " \
+                                           "fail of the pass example and pass of the fail example" in done.stdout
+    (run_dir,) = [d for d in runs.iterdir() if d.is_dir()]
+    for record in results(run_dir):
+        assert record["judged_graders"] == "" and record["graders_not_run"] == "wrote (llm)"
+        assert record["graders_judge_status"].startswith("judge unproven: idle (grader wrote (llm)")
+        assert record["judged_graders_passed"] is None

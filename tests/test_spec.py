@@ -444,3 +444,20 @@ def test_a_spec_text_is_parsed_once_per_process_and_each_caller_gets_its_own_cop
     assert len(parses) == 1
     spec.load_yaml(text + "more: 1\n", tmp_path / "a.yaml")  # an edited file is parsed again
     assert len(parses) == 2
+
+
+# --- judge_completeness -----------------------------------------------------------------------
+
+def test_a_task_asks_for_the_completeness_judgement_and_a_bad_value_is_refused(tmp_path):
+    from pytest_ponybench import judge
+
+    plain = load(tmp_path, GOOD)
+    assert plain.judge_completeness is None and judge.task_axes(plain) == ("over_engineering",)
+    asked = load(tmp_path, {**GOOD, "judge_completeness": True}, "t2")
+    assert judge.task_axes(asked) == judge.AXES
+    assert {p.axis for p in judge.pairs_for(asked)} == set(judge.AXES)  # complete vs stub too
+    open_off = load(tmp_path, {"prompt": "Write it.", "open": True, "judge_completeness": False}, "t3")
+    assert judge.task_axes(open_off) == ("over_engineering",)
+    assert asked.spec_hash != plain.spec_hash
+    message = error_of(tmp_path, {**GOOD, "judge_completeness": "yes"})
+    assert "t1.yaml: field 'judge_completeness': must be true or false" in message
