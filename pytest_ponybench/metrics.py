@@ -100,21 +100,28 @@ def workspace_stats(workspace: Path, seeded: set[str] = frozenset(), selfcheck_a
             "src_loc": src_loc, "test_files": len(tests), "test_loc": test_loc}
 
 
+# Git reads no configuration but the repository's own: a user's or the system's settings
+# (a filter, a hook path, autocrlf) must not change what a cell scores.
+NO_OUTSIDE_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+
+
 def git(workspace: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**NO_OUTSIDE_CONFIG, **(env or {})}
     return subprocess.run(
         ["git", "-c", "user.email=ponybench@localhost", "-c", "user.name=ponybench",
          "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", "-c", "gc.auto=0",
          "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false", *args],
         cwd=workspace, capture_output=True, text=True, timeout=120,
-        env=None if env is None else {**os.environ, **env},
+        env={**os.environ, **env},
     )
 
 
-def _numstat(workspace: Path, env: dict[str, str]) -> list[tuple[str, str]]:
+def _numstat(workspace: Path, env: dict[str, str], seeded: str) -> list[tuple[str, str]]:
     """(added, path) of each file staged against the snapshot, read with -z: without it git
     quotes unusual names ("caf\\303\\251.py") and writes a rename as "a/{x.py => y.py}", and
     either would hide the file's real suffix and folders. A rename is counted under its new path."""
-    tokens = git(workspace, "diff", "--cached", "--numstat", "-z", "HEAD", env=env).stdout.split("\0")
+    tokens = git(workspace, "-c", "core.bare=false", "diff", "--cached", "--numstat", "-z", seeded or "HEAD",
+                 env=env).stdout.split("\0")
     rows, i = [], 0
     while i < len(tokens):
         fields = tokens[i].split("\t")
@@ -137,20 +144,25 @@ def diff_stats(workspace: Path) -> dict:
     """Added lines of code files the agent created or changed since the seeded snapshot:
     the '+N' a pull request shows. Lockfiles and generated files are skipped, tests apart.
 
-    Read-only: git stages the working tree into a throwaway index and object store (the
+    Read-only: git stages the working tree into a throwaway repository of the harness's (the
     workspace's own objects serve as an alternate), so scoring writes nothing under the
-    workspace's .git, and scoring it twice gives the same figures."""
+    workspace's .git, and scoring it twice gives the same figures. That repository's own
+    configuration is git's default: a filter, hook or fsmonitor command the agent wrote into
+    the workspace's .git/config never runs (it would run here, unsandboxed, at every rescore)."""
     stats = dict(EMPTY)
     changed = 0
     with tempfile.TemporaryDirectory(prefix="ponybench-diff-") as tmp:
-        objects = Path(workspace) / ".git" / "objects"
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
-               "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(objects.resolve()),
-               "GIT_OPTIONAL_LOCKS": "0"}
-        (Path(tmp) / "objects").mkdir()
-        git(workspace, "read-tree", "HEAD", env=env)
-        git(workspace, "add", "-A", env=env)
-        rows = _numstat(workspace, env)
+        dot_git = Path(workspace) / ".git"
+        seeded = git(workspace, "rev-parse", "--verify", "--quiet", "HEAD^{commit}",
+                     env={"GIT_DIR": str(dot_git)}).stdout.strip()
+        scratch = Path(tmp) / "git"
+        git(Path(tmp), "init", "-q", "--bare", str(scratch))
+        (scratch / "objects" / "info" / "alternates").write_text(f"{(dot_git / 'objects').resolve()}\n")
+        env = {"GIT_DIR": str(scratch), "GIT_WORK_TREE": str(Path(workspace).resolve()),
+               "GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_OPTIONAL_LOCKS": "0"}
+        git(workspace, "-c", "core.bare=false", "read-tree", seeded or "HEAD", env=env)
+        git(workspace, "-c", "core.bare=false", "add", "-A", env=env)
+        rows = _numstat(workspace, env, seeded)
     for added_text, rel in rows:
         if not _counted_in_diff(rel):
             continue
