@@ -35,9 +35,12 @@ class _CountedEntries:
         self.counter, self.inner = counter, inner
 
     def __iter__(self):
-        for entry in self.inner:
-            self.counter.entries += 1
-            yield entry
+        return self
+
+    def __next__(self):  # an iterator, as os.scandir's is: os.walk calls next() on it
+        entry = next(self.inner)
+        self.counter.entries += 1
+        return entry
 
     def __enter__(self):
         return self

@@ -20,6 +20,8 @@ kept rounds.
     python bench/vs_script.py rescore --cells 1000 --at-once 4
     python bench/vs_script.py collect --cells 10000
     python bench/vs_script.py peak --cells 1000,10000 [--failing]   the controller's peak memory
+    python bench/vs_script.py scale --cells 1000,10000 [--failing] [--repeat 3] [--against CHECKOUT]
+        per size: CPU per cell, the controller's peak, the rescore's and the collection's wall time
     ... --plugin-mode xdist    N cells at once as N xdist workers (default: one process, --ponybench-at-once N)
 
 The original script is read at run time from ../shared/seed/run.py.txt beside the checkout
@@ -434,15 +436,74 @@ def collect(bench: Bench, args) -> None:
               + (f"  EXIT {f['code']}" if f["code"] else ""))
 
 
+def scale_round(bench: Bench, cells: int, at_once: int) -> dict:
+    """One plugin's figures at `cells` cells: the run (CPU per cell, the controller's peak),
+    the rescore of its kept workspaces, and a --collect-only; the run is deleted afterwards."""
+    run = bench.plugin(cells, at_once, 0)
+    rescored = bench.plugin(1, at_once, 0, f"--ponybench-rescore={bench.last_plugin_run()}")
+    collected = bench.plugin(cells, 1, 0, "--co")
+    import shutil
+
+    shutil.rmtree(bench.project / "runs", ignore_errors=True)  # 10,000 kept workspaces a round
+    return {"run": run, "rescore": rescored, "collect": collected}
+
+
+def scale(bench: Bench, args) -> None:
+    """Per size of --cells: the CPU per cell of a whole run (every process, the stand-in
+    included), the controller's peak, the rescore's wall time and the collection's, for this
+    plugin and, with --against, another checkout in the same rounds (shuffled order). A round
+    in which the rest of the machine used more than --max-other cores is discarded."""
+    benches = {"plugin": bench}
+    if args.against is not None:
+        other = argparse.Namespace(**{**vars(args), "plugin_root": args.against})
+        benches["against"] = Bench(other, bench.tmp / "against")
+    order = random.Random(args.seed)
+    at_once = int(args.at_once.split(",")[0])
+    mode = f"{at_once} at once" if args.plugin_mode == "pool" else f"-n {at_once}"
+    for cells in [int(n) for n in str(args.cells_list).split(",")]:
+        print(f"{cells} {'failing' if args.failing else 'passing'} cells, {mode}, instant {args.stand_in} stand-in",
+              flush=True)
+        kept: list[dict] = []
+        discarded = 0
+        while len(kept) < args.repeat and discarded < args.max_discards:
+            wait_for_quiet(args.quiet_load, args.max_wait)
+            names = list(benches)
+            order.shuffle(names)
+            one = {name: scale_round(benches[name], cells, at_once) for name in names}
+            steps = [(n, step, f) for n in names for step, f in one[n].items()]
+            noisy = [f"{n} {step} {f['other'] / max(f['wall'], 1e-9):.2f} cores used by others"
+                     for n, step, f in steps if disturbed(f, args.max_other)]
+            failed = [f"{n} {step} EXIT {f['code']}: {f['tail'][-300:]!r}" for n, step, f in steps
+                      if f["code"] not in (0, 1, None)]  # 1: failing cells
+            shown = "; ".join(f"{n}: run {one[n]['run']['wall']:.1f} s, rescore {one[n]['rescore']['wall']:.1f} s"
+                              for n in names)
+            if noisy or failed:
+                discarded += 1
+                print(f"  discarded (not counted): {shown}\n    why: {'; '.join(noisy + failed)}", flush=True)
+                continue
+            kept.append(one)
+            print(f"  kept: {shown}", flush=True)
+        print(f"  {len(kept)} kept, {discarded} discarded (others above {args.max_other:g} cores, or a failed run)")
+        for name in benches:
+            rows = [k[name] for k in kept]
+            print(f"  {name:7} CPU {spread([r['run']['cpu'] / cells * 1000 for r in rows], '.1f')} ms/cell"
+                  f"  controller peak {spread([r['run'].get('peak_mb', 0) for r in rows])} MB"
+                  f"  rescore {spread([r['rescore']['wall'] for r in rows], '.1f')} s"
+                  f" (CPU {spread([r['rescore']['cpu'] for r in rows], '.1f')} s)"
+                  f"  collection {spread([r['collect']['wall'] for r in rows], '.2f')} s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("run", "rescore", "collect", "peak"))
+    parser.add_argument("what", choices=("run", "rescore", "collect", "peak", "scale"))
     parser.add_argument("--cells", default="80", help="cells (peak: comma-separated, e.g. 1000,10000)")
     parser.add_argument("--at-once", default="4", help="comma-separated: cells at once (xdist workers / script threads)")
     parser.add_argument("--agent-seconds", type=float, default=0.0)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--script", type=Path, default=None)
     parser.add_argument("--plugin-root", type=Path, default=HERE)
+    parser.add_argument("--against", type=Path, default=None,
+                        help="scale: another checkout of the plugin, measured in the same rounds (a before and after)")
     parser.add_argument("--plugin-args", default="")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the projects and runs here (default: a temporary directory); "
@@ -472,7 +533,7 @@ def main() -> None:
         # Every Python process of both sides then compiles its modules (and pytest rewrites the
         # plugin's) from source: about 0.5 s more per pytest process than on a usual machine.
         print("note: PYTHONDONTWRITEBYTECODE is set; unset it to measure what a user's machine does")
-    what = {"run": run_matrix, "rescore": rescore, "collect": collect, "peak": peak}[args.what]
+    what = {"run": run_matrix, "rescore": rescore, "collect": collect, "peak": peak, "scale": scale}[args.what]
     if args.workdir is not None:  # kept: a rescore can reuse its runs
         args.workdir.mkdir(parents=True, exist_ok=True)
         what(Bench(args, args.workdir.resolve()), args)

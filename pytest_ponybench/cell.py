@@ -139,16 +139,41 @@ def result_problem(ws: Path, run_dir: RunDir) -> str | None:
     return None
 
 
-def refused_lines(run_dir: RunDir, rescore: bool) -> list[str]:
+def refused_lines(run_dir: RunDir, rescore: bool, survey: list | None = None) -> list[str]:
     """One line for each kept cell whose records a resume (its result) or a rescore (every
-    record it reads) will not trust, and why."""
+    record it reads) will not trust, and why. `survey`: a rescore's `rescore_survey` of the
+    run, when the caller has it already."""
     lines = []
     verb, then = ("rescore", "it is left out of the rescore") if rescore else ("resume", "the cell runs again")
-    for ws in run_dir.cell_dirs():
-        problem = rescore_problem(ws, run_dir.key, run_dir.key_problem) if rescore else result_problem(ws, run_dir)
+    if rescore:
+        found = [(kept.ws, kept.problem) for kept in (survey if survey is not None else rescore_survey(run_dir))]
+    else:
+        found = [(ws, result_problem(ws, run_dir)) for ws in run_dir.cell_dirs()]
+    for ws, problem in found:
         if problem:
             lines.append(f"ponybench: {verb} refuses the records of {ws.name}: {problem}; {then}")
     return lines
+
+
+@dataclass(frozen=True)
+class KeptCell:
+    """A kept cell folder as a rescore finds it: its verified identity ({} when it does not
+    verify) and why its records are not trusted (None when they are)."""
+    ws: Path
+    identity: dict
+    problem: str | None
+
+
+def rescore_survey(run_dir: RunDir) -> list[KeptCell]:
+    """Every kept cell folder of the run, its records verified once. A rescore needs this
+    twice (the lines of refused cells, then each task's cells): read per task, it read every
+    cell's records once per task of the run."""
+    found = []
+    for ws in run_dir.cell_dirs():
+        read = read_record(ws, CELL_IDENTITY, run_dir.key)
+        problem = rescore_problem(ws, run_dir.key, run_dir.key_problem, identity_read=read)
+        found.append(KeptCell(ws, read[0] if isinstance(read[0], dict) else {}, problem))
+    return found
 
 
 def set_aside(ws: Path, record: dict) -> None:
@@ -391,16 +416,21 @@ def read_identity(ws: Path, key: bytes | None = None, problems: list | None = No
     return _read(ws, CELL_IDENTITY, key, problems)
 
 
-def rescore_problem(ws: Path, key: bytes | None, key_problem: str = "") -> str | None:
+def rescore_problem(ws: Path, key: bytes | None, key_problem: str = "",
+                    identity_read: tuple | None = None) -> str | None:
     """Why a kept cell folder cannot be rescored (its records do not verify under the run's
     key, or there is no key), or None. A rescore re-reads the identity (which arm), the agent
     record (how it ended) and the seed manifests (what was seeded): one forged record would
-    move the cell to another arm or zero its LOC."""
+    move the cell to another arm or zero its LOC. `identity_read`: what `read_record` gave for
+    the identity record, when the caller read it already."""
     if key is None:
         return key_problem or "the run has no key"
     problems: list[str] = []
     for kind in (CELL_IDENTITY, AGENT_RECORD, workspace.SEED_MANIFEST, workspace.FIXTURE_MANIFEST):
-        data, problem = read_record(ws, kind, key)
+        if kind == CELL_IDENTITY and identity_read is not None:
+            data, problem = identity_read
+        else:
+            data, problem = read_record(ws, kind, key)
         if problem:
             problems.append(problem)
         elif data is None and kind in (CELL_IDENTITY, AGENT_RECORD):

@@ -261,7 +261,7 @@ class Controller:
                 f"workers ({', '.join(remote)}) do not have; rescore here without -d/--tx (or with -n N)")
         if state.settings.rescore is not None:
             self.gathering = Gathering(state.run_dir, mode="rescore")
-            for line in cells.refused_lines(state.run_dir, rescore=True):
+            for line in cells.refused_lines(state.run_dir, rescore=True, survey=state.rescore_survey()):
                 self.write(line)
             return
         if remote:

@@ -65,14 +65,24 @@ def _selfcheck_start(lines: list[str]) -> int | None:
 
 
 def code_files(workspace: Path, seeded: set[str]) -> list[str]:
-    """Workspace-relative paths of the code files the agent delivered."""
+    """Workspace-relative paths of the code files the agent delivered: regular files (no
+    link) with a code extension, outside `__pycache__` and `node_modules`, not named `.*` or
+    `_*`, not seeded.
+
+    One os.walk, which does not follow links to folders (as Path.rglob does not): rglob made
+    a Path of every entry, twice the cost of the whole walk in a rescore's profile."""
     found = []
-    for path in workspace.rglob("*"):
-        rel = path.relative_to(workspace).as_posix()
-        if (path.is_file() and not path.is_symlink() and path.suffix in CODE_EXTENSIONS
-                and "__pycache__" not in path.parts and "node_modules" not in path.parts
-                and not path.name.startswith((".", "_")) and rel not in seeded):
-            found.append(rel)
+    root = os.fspath(workspace)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", "node_modules")]  # nothing below counts
+        rel_folder = os.path.relpath(folder, root).replace(os.sep, "/")
+        for name in files:
+            if name.startswith((".", "_")) or os.path.splitext(name)[1] not in CODE_EXTENSIONS:
+                continue
+            rel = name if rel_folder == "." else f"{rel_folder}/{name}"
+            if rel not in seeded and os.path.isfile(os.path.join(folder, name)) \
+                    and not os.path.islink(os.path.join(folder, name)):
+                found.append(rel)
     return sorted(found)
 
 

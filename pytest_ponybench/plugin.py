@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from . import fleet, library, options, pool, procs, rounds, rundir
-from .cell import Cell, CellContext, read_identity
+from .cell import Cell, CellContext
 from .collect import CellItem, EvalsDir, TaskFile, TasksDir, arm_placeholder
 from .rundir import KEY_INPUT, RunDir, max_pause
 from .spec import ArmSpec, SpecError, TaskSpec, load_arms, model_ids, resolve_model
@@ -38,6 +38,7 @@ class PonybenchState:
     task_folders: list = field(default_factory=list)  # library.TaskFolder: the project's, the shipped
     default_arms: list[str] | None = None  # with --ponybench-plugin: the reference arm and the plugins'
     evals: object = None  # plugin_evals.EvalSuites: the imported claude plugin eval cases
+    rescore_kept: list | None = None  # a rescore's cell.rescore_survey of the run, made once
 
     def selected_arms(self) -> list[ArmSpec]:
         names = self.settings.arms or self.default_arms or sorted(self.arms)
@@ -67,18 +68,25 @@ class PonybenchState:
     def rescore_cells(self, task: TaskSpec) -> list[tuple[Cell, Path]]:
         """The kept cells of `task` whose records verify under the run's key (the controller
         names the others, once: cell.refused_lines)."""
-        from .cell import rescore_problem
-
         found = []
-        for ws in self.run_dir.cell_dirs():
-            ident = read_identity(ws, self.run_dir.key)
+        for kept in self.rescore_survey():
+            ident, ws = kept.identity, kept.ws
             if ident.get("task") != task.name or ident.get("cell") != ws.name:
                 continue  # another task's, or a stale copy kept aside by a resume
-            if rescore_problem(ws, self.run_dir.key, self.run_dir.key_problem) is not None:
+            if kept.problem is not None:
                 continue
             arm = self.arms.get(ident.get("arm")) or arm_placeholder(str(ident.get("arm")))
             found.append((Cell(task, arm, str(ident["model"]), str(ident["model_id"]), int(ident["run"])), ws))
         return found
+
+    def rescore_survey(self) -> list:
+        """The run's kept cells with their records verified (cell.rescore_survey), once per
+        process: the controller's refused lines and every task's collection read it."""
+        if self.rescore_kept is None:
+            from .cell import rescore_survey
+
+            self.rescore_kept = rescore_survey(self.run_dir)
+        return self.rescore_kept
 
     def kept_result(self, cell: Cell) -> dict | None:
         """Under --ponybench-resume, this cell's finished record from the kept run (never paid
@@ -418,8 +426,11 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Under xdist the pool may start the cell this worker runs next (pool.py)."""
-    setattr(item, pool.NEXT_ITEM_ATTR, nextitem)
+    """Under xdist the pool may start the cell this worker runs next (pool.py). Set only
+    there: elsewhere the pool reads the session's items, and one more attribute on each of
+    10,000 items grows every item's attribute table (about 0.2 MB a thousand cells)."""
+    if hasattr(item.config, "workerinput"):
+        setattr(item, pool.NEXT_ITEM_ATTR, nextitem)
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")
