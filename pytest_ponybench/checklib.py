@@ -106,6 +106,30 @@ def agent_module(name: str, reference: bool = False):
     return remote.host(Path(tree).resolve()).request("module", None, name)
 
 
+@contextlib.contextmanager
+def record_calls(*names: str, reference: bool = False):
+    """Log every call the agent's code makes, during the block, to the functions named (dotted:
+    "subprocess.Popen.__init__", "builtins.open", "os.system"), where that code runs: behind
+    the trust boundary, in its host. Yields {name: [[args, kwargs], ...]}, filled when the
+    block ends; arguments that are not data (a Popen's self) come as proxies. The agent's code
+    could forge this log: a spy checks what a fine implementation shows, not a safety rule."""
+    calls: dict = {}
+    if not BEHIND_BOUNDARY:  # a task whose checks are not yet behind the boundary
+        index = remote._record_start(None, None, list(names))
+        try:
+            yield calls
+        finally:
+            calls.update(remote._record_stop(None, None, index))
+        return
+    tree = REFERENCE if reference else WORKSPACE
+    endpoint = remote.host(Path(tree).resolve())
+    index = endpoint.request("record_start", None, list(names))
+    try:
+        yield calls
+    finally:
+        calls.update(endpoint.request("record_stop", None, index))
+
+
 def load_here(path, name=None, root=None):
     target = (Path(root or WORKSPACE) / path).resolve()
     assert target.is_file(), f"{path} was not written"
@@ -581,7 +605,7 @@ def namespace(entry: str | None) -> dict:
     _entry = entry
     return {
         "__name__": "__ponybench_check__", "Path": Path,
-        "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "agent_module": agent_module,
+        "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "agent_module": agent_module, "record_calls": record_calls,
         "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
         "start_process": start_process, "http": http,

@@ -123,6 +123,11 @@ def _verdict(axis: str, timeout: float, report: dict | None, graders_only: bool 
     if report is None or report.get("timed_out"):
         return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
     result = report.get("result")
+    # The check's process ends with os._exit(0) right after writing its verdict, and with
+    # nothing else: a verdict file beside another ending was written by someone else (agent
+    # code that wrote it, then killed the check).
+    if report.get("code") != 0:
+        result = None
     if isinstance(result, dict) and "ok" in result and "reason" in result:
         return Verdict(bool(result["ok"]), str(result["reason"]), str(result.get("check") or ""))
     tail = str(report.get("tail") or "").splitlines()
@@ -198,6 +203,7 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
     checklib.BEHIND_BOUNDARY = boundary
     if boundary:
         remote._set_non_dumpable()  # no host may ptrace this process or read its memory
+        remote.adopt_orphans()  # what a host leaves running ends before the verdict is written
         # Nothing of the workspace is importable here: the check never runs the agent's module
         # by importing it by name; the hosts put their own tree first on their path.
         sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
@@ -213,6 +219,8 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
         verdict = {"ok": False, "reason": _reason(exc)}
     finally:
         checklib.cleanup()
+        if boundary:
+            remote.kill_descendants()
     if remote.broken():  # checked after the check code, whatever it caught
         verdict = {"ok": False, "reason": remote.broken(), **({"check": verdict["check"]} if "check" in verdict else {})}
     tmp = verdict_path + ".tmp"
