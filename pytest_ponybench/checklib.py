@@ -94,16 +94,23 @@ def load(path, name=None, root=None):
     return load_here(path, name, root)
 
 
-def agent_module(name: str, reference: bool = False):
-    """The module `name` as the agent's code imported it (`import centralbank` in rates.py):
+def agent_module(name: str, reference: bool = False, fresh: bool = False):
+    """The module `name` as the agent's code imports it (`import centralbank` in rates.py):
     the same module object its code uses, so what the check reads or sets on it is what that
-    code sees. `reference`: the one of the reference's copy."""
+    code sees. `reference`: the one of the reference's copy. `fresh`: imported anew, so a
+    module that binds a name at import (`from text_utils import slugify`) binds what the
+    check has set since."""
     if not BEHIND_BOUNDARY:
         import importlib
+        if fresh:
+            sys.modules.pop(name, None)
         return importlib.import_module(name)
     tree = REFERENCE if reference else WORKSPACE
     assert tree is not None, "this task has no good reference to compare with (refs.good)"
-    return remote.host(Path(tree).resolve()).request("module", None, name)
+    endpoint = remote.host(Path(tree).resolve())
+    if fresh:
+        endpoint.request("drop_module", None, name)
+    return endpoint.request("module", None, name)
 
 
 @contextlib.contextmanager
@@ -128,6 +135,15 @@ def record_calls(*names: str, reference: bool = False):
         yield calls
     finally:
         calls.update(endpoint.request("record_stop", None, index))
+
+
+def by_reference(owner, name: str):
+    """The attribute `name` of an agent object (a module of `agent_module`) as a proxy of the
+    object itself, not a copy of its value: `by_reference(store, "ARTICLES")[:] = [...]`
+    changes the list the agent's code holds. Outside the boundary, the attribute itself."""
+    if isinstance(owner, remote.Remote):
+        return owner._endpoint.request("getref", owner._id, name)
+    return getattr(owner, name)
 
 
 def load_here(path, name=None, root=None):
@@ -606,6 +622,7 @@ def namespace(entry: str | None) -> dict:
     return {
         "__name__": "__ponybench_check__", "Path": Path,
         "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "agent_module": agent_module, "record_calls": record_calls,
+        "by_reference": by_reference,
         "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
         "start_process": start_process, "http": http,

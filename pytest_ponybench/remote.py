@@ -244,9 +244,10 @@ class Endpoint:
             cwd = os.getcwd()
             if cwd != self.cwd:
                 message["cwd"] = self.cwd = cwd
-            environ = dict(os.environ)
-            if environ != self.environ:
-                message["env"] = self.environ = environ
+            raw = os.environ._data  # compared as is: a copy of os.environ each call costs more than the call
+            if raw != self.environ:
+                self.environ = dict(raw)
+                message["env"] = dict(os.environ)
         self._send(message)
         return self.wait()
 
@@ -355,6 +356,8 @@ class Endpoint:
         if isinstance(value, Record) and value._remote is not None and value._remote._endpoint is self:
             return {"$": "ref", "id": value._remote._id}
         inner = depth + 1
+        if kind is _ByReference:
+            return self.export(value.value)
         if isinstance(value, bool):
             return bool(value)
         if isinstance(value, int) and not hasattr(value, "_value_"):  # an IntEnum stays an object
@@ -385,6 +388,9 @@ class Endpoint:
             return {"$": "time", "v": _dt.time.isoformat(value), "tz": self._zone(value.tzinfo)}
         if isinstance(value, _dt.timedelta):
             return {"$": "timedelta", "v": [value.days, value.seconds, value.microseconds]}
+        if kind is slice:
+            return {"$": "slice", "v": [self.encode(value.start, inner), self.encode(value.stop, inner),
+                                        self.encode(value.step, inner)]}
         if not self.trusted and dataclasses.is_dataclass(value) and not isinstance(value, type):
             fields = [[f.name, self.encode(getattr(value, f.name), inner)] for f in dataclasses.fields(value)]
             return {"$": "record", "name": type(value).__name__, "v": fields, "obj": self.export(value)}
@@ -444,6 +450,8 @@ class Endpoint:
                 return moment.replace(tzinfo=_zone_info(value.get("tz"))) if value.get("tz") else moment
             if tag == "timedelta":
                 return _dt.timedelta(*data)
+            if tag == "slice":
+                return slice(*(self.decode(part, inner) for part in data))
             if tag == "ref":
                 return self.objects[value["id"]]
             if tag == "obj":
@@ -734,6 +742,12 @@ class CheckCallable(CheckObject, CallableProxy):
     __slots__ = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class _ByReference:
+    """A value to cross as a handle even when it is data (checklib.by_reference)."""
+    value: object
+
+
 def is_remote(value) -> bool:
     return isinstance(value, (Remote, Record))
 
@@ -881,6 +895,7 @@ def _bool(value) -> bool:
 
 HOST_OPS = {
     "getattr": lambda ep, t, name: getattr(t, name),
+    "getref": lambda ep, t, name: _ByReference(getattr(t, name)),
     "setattr": lambda ep, t, name, value: setattr(t, name, value),
     "delattr": lambda ep, t, name: delattr(t, name),
     "call": lambda ep, t, args, kwargs: t(*args, **kwargs),
@@ -956,29 +971,54 @@ TRUSTED_OPS = {
 _hosts: dict[str, Endpoint] = {}
 
 
+_FUNCTION_TYPE = type(lambda: None)
+_METHOD_TYPE = type(Record.__init__.__get__(object()))
+
+
 def _check_side(value) -> bool:
     """Was `value` made by the check (its code, or a helper marking it so)? Patched into the
-    stdlib before a load, the host calls it back instead of running its own copy."""
-    if getattr(value, "_ponybench_check_side", False) is True:
-        return True
-    code = getattr(value, "__code__", None) or getattr(getattr(value, "__func__", None), "__code__", None)
-    if code is None and not isinstance(value, type):
-        code = getattr(getattr(type(value), "__call__", None), "__code__", None)
-    return code is not None and getattr(code, "co_filename", "") == "<check>"
+    stdlib, the host calls it back instead of running its own copy. Cheap: it is asked of
+    every attribute of every module at each load."""
+    kind = type(value)
+    if kind is _FUNCTION_TYPE:
+        return value.__code__.co_filename == "<check>" or value.__dict__.get("_ponybench_check_side") is True
+    if kind is _METHOD_TYPE:
+        return _check_side(value.__func__)
+    return getattr(kind, "__module__", None) == CHECK_MODULE and callable(value)
+
+
+CHECK_MODULE = "__ponybench_check__"  # the __name__ of a check's namespace (checklib.namespace)
+
+
+# The harness's own packages: a check patches what the agent's code uses, never these.
+_NEVER_PATCHED = {"hypothesis", "pytest_ponybench", "_pytest", "pytest", "pluggy", "typing_extensions", "_hypothesis_globals",
+                  "_hypothesis_ftz_detector", "yaml", "encodings"}
 
 
 def _patched_functions(skip_roots) -> list[tuple[str, str, object]]:
+    """Every module attribute the check set to one of its own callables (`_check_side`),
+    inlined: this looks at every attribute of every module at each load."""
     found = []
+    function, method = _FUNCTION_TYPE, _METHOD_TYPE
     for module_name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None) or ""
-        if any(file.startswith(root) for root in skip_roots):
+        if module_name.partition(".")[0] in _NEVER_PATCHED:
             continue
         try:
             items = list(vars(module).items())
         except TypeError:
             continue
         for attr, value in items:
-            if callable(value) and not isinstance(value, type) and _check_side(value):
+            kind = type(value)
+            if kind is function:
+                if value.__code__.co_filename != "<check>" and "_ponybench_check_side" not in value.__dict__:
+                    continue
+            elif kind is method:
+                if not _check_side(value.__func__):
+                    continue
+            elif kind.__module__ != CHECK_MODULE or not callable(value):
+                continue
+            file = getattr(module, "__file__", None) or ""
+            if not any(file.startswith(root) for root in skip_roots):
                 found.append((module_name, attr, value))
     return found
 
