@@ -146,6 +146,14 @@ def by_reference(owner, name: str):
     return getattr(owner, name)
 
 
+def subclass(base, name: str):
+    """A subclass named `name` of one of the agent's classes (`class Timeout(payments.GatewayUnavailable)`
+    in a check), made where that class lives: behind the trust boundary, its host."""
+    if isinstance(base, remote.Remote):
+        return base._endpoint.request("subclass", base._id, name)
+    return type(name, (base,), {})
+
+
 def load_here(path, name=None, root=None):
     target = (Path(root or WORKSPACE) / path).resolve()
     assert target.is_file(), f"{path} was not written"
@@ -622,7 +630,7 @@ def namespace(entry: str | None) -> dict:
     return {
         "__name__": "__ponybench_check__", "Path": Path,
         "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "agent_module": agent_module, "record_calls": record_calls,
-        "by_reference": by_reference,
+        "by_reference": by_reference, "subclass": subclass,
         "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
         "start_process": start_process, "http": http,

@@ -157,6 +157,8 @@ class Endpoint:
         self.fake_datetime = False
         self.clock_seen = None
         self.syncing = False
+        self.exception_ids: dict[int, int] = {}  # id() of an exception of ours -> its handle
+        self.mirrors: dict[int, BaseException] = {}  # handle of the other side's exception -> its mirror
 
     # wire -------------------------------------------------------------------------------
     def _send(self, message) -> None:
@@ -358,6 +360,8 @@ class Endpoint:
         inner = depth + 1
         if kind is _ByReference:
             return self.export(value.value)
+        if isinstance(value, BaseException):
+            return {"$": "exc", "v": self.encode_exception(value)}
         if isinstance(value, bool):
             return bool(value)
         if isinstance(value, int) and not hasattr(value, "_value_"):  # an IntEnum stays an object
@@ -450,6 +454,8 @@ class Endpoint:
                 return moment.replace(tzinfo=_zone_info(value.get("tz"))) if value.get("tz") else moment
             if tag == "timedelta":
                 return _dt.timedelta(*data)
+            if tag == "exc":
+                return self.decode_exception(data)
             if tag == "slice":
                 return slice(*(self.decode(part, inner) for part in data))
             if tag == "ref":
@@ -468,6 +474,15 @@ class Endpoint:
 
     # exceptions -------------------------------------------------------------------------
     def encode_exception(self, exc: BaseException) -> dict:
+        """An exception as data: its class's name, builtin bases, module and args, and a handle,
+        so the same exception coming back is the same object (`got is error` in a check)."""
+        origin = getattr(exc, ORIGIN, None) if type(exc).__dict__.get(ORIGIN) is None else None
+        if isinstance(origin, Proxy) and origin._endpoint is self:
+            return {"ref": origin._id}
+        handle = self.exception_ids.get(id(exc))
+        if handle is None or self.objects.get(handle) is not exc:
+            handle = self.export(exc)["id"]
+            self.exception_ids[id(exc)] = handle
         cls = type(exc)
         bases = [c.__name__ for c in cls.__mro__ if getattr(builtins, c.__name__, None) is c]
         try:
@@ -479,7 +494,7 @@ class Endpoint:
             text = _safe_str(exc)
         except BaseException:
             text = ""
-        return {"name": str(getattr(cls, "__name__", "Exception"))[:200], "bases": bases, "args": args,
+        return {"name": str(getattr(cls, "__name__", "Exception"))[:200], "bases": bases, "args": args, "id": handle,
                 "module": str(getattr(cls, "__module__", ""))[:200], "qualname": str(getattr(cls, "__qualname__", ""))[:200],
                 "str": text[:REPR_LIMIT], "code": self.encode(exc.code) if isinstance(exc, SystemExit)
                 and isinstance(exc.code, (int, str, type(None))) else None}
@@ -487,6 +502,14 @@ class Endpoint:
     def decode_exception(self, data) -> BaseException:
         if not isinstance(data, dict):
             self._die("the agent's process sent a malformed exception")
+        if "ref" in data:  # one of ours, back
+            exc = self.objects.get(data["ref"])
+            if not isinstance(exc, BaseException):
+                self._die("the agent's process sent a malformed exception")
+            return exc
+        handle = data.get("id")
+        if isinstance(handle, int) and handle in self.mirrors:
+            return self.mirrors[handle]
         name, bases = str(data.get("name") or "Exception"), data.get("bases") or []
         builtin = getattr(builtins, name, None)
         known = _known_class(str(data.get("module") or ""), str(data.get("qualname") or ""))
@@ -504,15 +527,25 @@ class Endpoint:
         if not isinstance(args, tuple):
             args = (args,)
         if cls is SystemExit:
-            return SystemExit(self.decode(data.get("code")))
-        try:
-            exc = cls(*args)
-        except Exception:
-            exc = cls.__new__(cls)
-            exc.args = args
-        if cls not in (KeyError,) and str(data.get("str") or "") and _safe_str(exc) != data.get("str"):
-            exc.args = (str(data.get("str")),)
+            exc = SystemExit(self.decode(data.get("code")))
+        else:
+            try:
+                exc = cls(*args)
+            except Exception:
+                exc = cls.__new__(cls)
+                exc.args = args
+            if cls not in (KeyError,) and str(data.get("str") or "") and _safe_str(exc) != data.get("str"):
+                exc.args = (str(data.get("str")),)
+        if isinstance(handle, int):
+            try:
+                setattr(exc, ORIGIN, make_proxy(self, handle, "object", name))
+            except AttributeError:
+                pass
+            self.mirrors[handle] = exc
         return exc
+
+
+ORIGIN = "_ponybench_origin"  # on a mirrored exception: the proxy of the other side's original
 
 
 def _safe_str(exc) -> str:
@@ -896,6 +929,7 @@ def _bool(value) -> bool:
 HOST_OPS = {
     "getattr": lambda ep, t, name: getattr(t, name),
     "getref": lambda ep, t, name: _ByReference(getattr(t, name)),
+    "subclass": lambda ep, t, name: type(name, (t,), {"__module__": getattr(t, "__module__", "agent")}),
     "setattr": lambda ep, t, name, value: setattr(t, name, value),
     "delattr": lambda ep, t, name: delattr(t, name),
     "call": lambda ep, t, args, kwargs: t(*args, **kwargs),
