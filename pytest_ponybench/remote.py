@@ -58,7 +58,15 @@ class ProtocolError(Exception):
     pass
 
 
-_broken: list[str] = []  # why the check must fail whatever its code caught (checks.run_here)
+_broken: list[str] = []
+_reply_errors: list = []  # the last exception a reply carried (not an interruption of the wait)
+
+
+def _is_reply_error(exc) -> bool:
+    """Did `exc` come in a reply (the other side's error), rather than interrupt the wait?"""
+    found = bool(_reply_errors) and _reply_errors[-1] is exc
+    _reply_errors.clear()
+    return found  # why the check must fail whatever its code caught (checks.run_here)
 
 
 def broken() -> str | None:
@@ -175,10 +183,10 @@ class Endpoint:
         while got < size:
             try:
                 chunk = self.sock.recv(min(size - got, 1 << 20))
-            except OSError as exc:
-                chunk = b""
-                if not self.trusted:
+            except (ConnectionError, OSError) as exc:  # an alarm's TimeoutError is no end of the host
+                if not isinstance(exc, ConnectionError) or not self.trusted:
                     raise
+                chunk = b""
             if not chunk:
                 if not self.trusted:
                     os._exit(0)  # the check went away: nothing left to serve
@@ -204,7 +212,14 @@ class Endpoint:
         code = None
         if self.pid:
             try:
-                pid, status = os.waitpid(self.pid, 0)
+                for _ in range(200):  # it closed its socket: it is ending, or about to be ended
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                    if pid:
+                        break
+                    time.sleep(0.005)
+                else:
+                    os.kill(self.pid, signal.SIGKILL)
+                    pid, status = os.waitpid(self.pid, 0)
                 code = os.waitstatus_to_exitcode(status)
             except ChildProcessError:
                 pass
@@ -212,6 +227,22 @@ class Endpoint:
         said = f" (exit code {code})" if code is not None and code >= 0 else (
             f" (signal {-code})" if code is not None else "")
         return f"the code under test ended its own process{said} during a call from the check"
+
+    def _stop(self, reason: str) -> None:
+        """End the host without failing the check for it (the check's own choice)."""
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pid = 0
+        self.dead = True
+        self.stopped = reason
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
     def _die(self, reason: str):
         """The host broke the boundary: kill it, mark the check failed, stop the check's call."""
@@ -235,7 +266,7 @@ class Endpoint:
     # requests ---------------------------------------------------------------------------
     def request(self, op: str, target=None, *args):
         if self.dead:
-            raise AgentProcessDied(_broken[0] if _broken else "the agent's process is gone")
+            raise AgentProcessDied(_broken[0] if _broken else getattr(self, "stopped", "the agent's process is gone"))
         message = {"q": op, "t": target, "a": [self.encode(a) for a in args]}
         if self.releases:
             message["free"], self.releases = self.releases, []
@@ -251,7 +282,17 @@ class Endpoint:
                 self.environ = dict(raw)
                 message["env"] = dict(os.environ)
         self._send(message)
-        return self.wait()
+        try:
+            return self.wait()
+        except (AgentProcessDied, GeneratorExit):
+            raise
+        except BaseException as exc:
+            if not self.trusted or _is_reply_error(exc):
+                raise
+            # The check stopped waiting (its own alarm, a KeyboardInterrupt): the reply would
+            # come to its next request. The host is ended; later uses of it fail.
+            self._stop(f"the check stopped waiting for a call ({type(exc).__name__}); the agent's process was ended")
+            raise
 
     def wait(self):
         while True:
@@ -260,7 +301,9 @@ class Endpoint:
                 self.serve(message)
                 continue
             if "e" in message:
-                raise self.decode_exception(message["e"])
+                exc = self.decode_exception(message["e"])
+                _reply_errors.append(exc)
+                raise exc
             if "r" not in message:
                 self._die("the agent's process sent a reply without a value")
             return self.decode(message["r"])

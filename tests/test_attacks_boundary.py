@@ -448,3 +448,40 @@ for i in range(2000):
 assert remote.round_trips() >= 2000, remote.round_trips()
 """
     assert judge(tmp_path, impl, code) == checks.Verdict(True, "ok")
+
+
+def test_a_check_that_stops_waiting_gets_its_own_reason_not_a_stale_reply(tmp_path):
+    # email_header's alarm: the check gives up on a call that backtracks; the host is ended,
+    # so no late reply is read as the answer to a later call.
+    impl = """
+import time
+
+def add(a, b):
+    if a == 40:
+        while True:
+            time.sleep(0.01)
+    return a + b
+"""
+    code = """
+import signal
+add = find_function(load(FILE), "add")
+
+def too_slow(signum, frame):
+    raise TimeoutError
+
+signal.signal(signal.SIGALRM, too_slow)
+signal.alarm(1)
+try:
+    add(40, 0)
+except TimeoutError:
+    pass
+signal.alarm(0)
+try:
+    got = add(2, 3)
+except BaseException as exc:
+    raise AssertionError(f"after the alarm: {type(exc).__name__}") from None
+assert got == 5, got
+"""
+    verdict = judge(tmp_path, impl, code)
+    assert not verdict.ok
+    assert verdict.reason == "after the alarm: AgentProcessDied"
