@@ -444,3 +444,10 @@ def test_a_spec_text_is_parsed_once_per_process_and_each_caller_gets_its_own_cop
     assert len(parses) == 1
     spec.load_yaml(text + "more: 1\n", tmp_path / "a.yaml")  # an edited file is parsed again
     assert len(parses) == 2
+
+
+def test_checks_in_process_is_one_line_of_why(tmp_path):
+    assert load(tmp_path, GOOD).checks_in_process == ""  # behind the trust boundary by default
+    task = load(tmp_path, {**GOOD, "checks_in_process": " its check imports the agent's package by name "})
+    assert task.checks_in_process == "its check imports the agent's package by name"
+    assert "checks_in_process" in error_of(tmp_path, {**GOOD, "checks_in_process": True})
