@@ -80,6 +80,7 @@ WORKSPACE = Path.cwd()
 # True in a check's process (checks.run_here): the agent's code runs only in host processes
 # (remote.py); `load` and `agent_module` return proxies of what they import there.
 BEHIND_BOUNDARY = False
+CHECK_GLOBALS: dict | None = None  # the check code's namespace: the modules it names are those it may patch
 REFERENCE: Path | None = None  # the good reference's own copy, when the task has one (checks.run_here)
 _counter = itertools.count()
 _processes: list[subprocess.Popen] = []
@@ -625,9 +626,9 @@ def cleanup() -> None:
 def namespace(entry: str | None) -> dict:
     from .regressions import notes_app_regressions  # it uses this module's helpers
 
-    global _entry
+    global _entry, CHECK_GLOBALS
     _entry = entry
-    return {
+    CHECK_GLOBALS = {
         "__name__": "__ponybench_check__", "Path": Path,
         "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "agent_module": agent_module, "record_calls": record_calls,
         "by_reference": by_reference, "subclass": subclass,
@@ -641,3 +642,4 @@ def namespace(entry: str | None) -> dict:
         **{name: getattr(batteries, name) for name in batteries.NAMES},
         "notes_app_regressions": notes_app_regressions,
     }
+    return CHECK_GLOBALS

@@ -1072,12 +1072,36 @@ _NEVER_PATCHED = {"hypothesis", "pytest_ponybench", "_pytest", "pytest", "pluggy
                   "_hypothesis_ftz_detector", "yaml", "encodings"}
 
 
+def _candidate_modules() -> list:
+    """The modules a check can have patched: those its code names (`import hmac` then
+    `hmac.compare_digest = spy`), their submodules, and what the helpers patch (time,
+    datetime, builtins). Not all of sys.modules: looking at every attribute of every module
+    costs a check tens of ms after a fork (each look writes a reference count, so the page is
+    copied)."""
+    from . import checklib
+
+    names = {"time", "datetime", "builtins"}
+    scope = checklib.CHECK_GLOBALS
+    if scope is None:
+        return list(sys.modules.items())
+    module_type = type(sys)
+    for value in list(scope.values()):
+        if type(value) is module_type:
+            names.add(value.__name__)
+            names.update(v.__name__ for v in list(vars(value).values()) if type(v) is module_type)
+        else:
+            owner = getattr(value, "__module__", None)  # `from hmac import compare_digest`: hmac
+            if isinstance(owner, str):
+                names.add(owner)
+    return [(name, sys.modules[name]) for name in names if name in sys.modules]
+
+
 def _patched_functions(skip_roots) -> list[tuple[str, str, object]]:
     """Every module attribute the check set to one of its own callables (`_check_side`),
     inlined: this looks at every attribute of every module at each load."""
     found = []
     function, method = _FUNCTION_TYPE, _METHOD_TYPE
-    for module_name, module in list(sys.modules.items()):
+    for module_name, module in _candidate_modules():
         if module_name.partition(".")[0] in _NEVER_PATCHED:
             continue
         try:
