@@ -6,6 +6,19 @@ behind the boundary and, for comparison, in the check's own process as before. P
 table; asserts nothing.
 
     python bench/boundary.py [--calls 5000]
+
+Measured 2026-12-06 on the 2-core development machine, shared with five other sessions (so
+every figure is an upper bound; single runs vary by 2x):
+
+                              host start+load   one call  with callback  differential x100
+    behind the boundary              102.2 ms      44 us         110 us             560 ms
+    in the check's process             0.5 ms       0 us           0 us             628 ms
+
+A round trip (a call, its value back) is 40-50 us; a call whose argument is a check function
+the agent's code calls twice is three round trips. A differential's cost is Hypothesis's own:
+100 examples of two calls each add about 10 ms. The host's start is a fork plus the first
+import in a forked process (its pages copied as they are touched); 100 ms is mostly this
+machine's scheduling delays (the parts measure 1-10 ms each when they are not delayed).
 """
 from __future__ import annotations
 
