@@ -54,10 +54,6 @@ class AgentProcessDied(BaseException):
     check's `except Exception` (a refusal is fine) must not read a dead host as a refusal."""
 
 
-class ProtocolError(Exception):
-    pass
-
-
 _broken: list[str] = []
 _reply_errors: list = []  # the last exception a reply carried (not an interruption of the wait)
 
@@ -83,14 +79,19 @@ def _set_non_dumpable() -> None:
 
 
 def become_untrusted() -> None:
-    """Drop to the sandbox's unprivileged user where sandbox.py provides it; else nothing."""
+    """Drop to the sandbox's unprivileged user where sandbox.py provides it and this check
+    runs in its sandbox (`sandbox.IN_SANDBOX`: its copies handed over to that user), unless
+    this process already is that user; else nothing."""
     try:
         from . import sandbox  # type: ignore[attr-defined]
     except ImportError:
         return
     drop = getattr(sandbox, "become_untrusted", None)
-    if drop is not None:
-        drop()
+    if drop is None or not getattr(sandbox, "IN_SANDBOX", False):
+        return
+    if os.geteuid() == getattr(sandbox, "UNTRUSTED_UID", None):
+        return
+    drop()
 
 
 # Values ---------------------------------------------------------------------------------------
@@ -824,10 +825,6 @@ class _ByReference:
     value: object
 
 
-def is_remote(value) -> bool:
-    return isinstance(value, (Remote, Record))
-
-
 # What each side does for the other -----------------------------------------------------------
 
 def _compare(endpoint, target, op, other):
@@ -960,13 +957,6 @@ _CLOCK_POINTS = (("time", "time"), ("time", "monotonic"), ("time", "time_ns"), (
 def _clock_points() -> tuple:
     """What the fake clock patches, cheaply compared on every request: a change means a sync."""
     return tuple(id(getattr(sys.modules.get(module), attr, None)) for module, attr in _CLOCK_POINTS)
-
-
-def _bool(value) -> bool:
-    result = value.__bool__() if hasattr(type(value), "__bool__") else bool(value)
-    if type(result) is not bool:
-        raise TypeError("__bool__ should return bool")
-    return result
 
 
 HOST_OPS = {

@@ -5,12 +5,8 @@ own process, never a forged pass. A control beside them shows the same check pas
 code, so a failure here is the attack's, not a broken check's."""
 from __future__ import annotations
 
-import os
 import textwrap
-import time
 from pathlib import Path
-
-import pytest
 
 from pytest_ponybench import checks
 
