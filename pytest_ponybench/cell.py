@@ -370,7 +370,8 @@ def judge(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
     that writes (or code under test that does) can neither touch the kept workspace nor the
     other axis. A file the ticket says not to change, changed, fails correct, named."""
     verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout, transcript=ws / workspace.TRANSCRIPT,
-                                 ignore=workspace.copy_ignore(ws), reference=reference_workspace(task))
+                                 ignore=workspace.copy_ignore(ws), reference=reference_workspace(task),
+                                 in_process=bool(task.checks_in_process))
     verdicts = checks.with_forbidden(verdicts, checks.forbidden_edits(task, ws))
     if task.forbidden and "correct" not in verdicts:
         verdicts["correct"] = checks.Verdict(True, "ok: no file the ticket forbids was changed")

@@ -74,15 +74,88 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from . import batteries, inputs
+from . import batteries, inputs, remote
 
 WORKSPACE = Path.cwd()
+# True in a check's process (checks.run_here): the agent's code runs only in host processes
+# (remote.py); `load` and `agent_module` return proxies of what they import there.
+BEHIND_BOUNDARY = False
+CHECK_GLOBALS: dict | None = None  # the check code's namespace: the modules it names are those it may patch
 REFERENCE: Path | None = None  # the good reference's own copy, when the task has one (checks.run_here)
 _counter = itertools.count()
 _processes: list[subprocess.Popen] = []
 
 
 def load(path, name=None, root=None):
+    """The agent's module at `path` (of the workspace, or of `root`), imported fresh: behind
+    the trust boundary, in the host process of that tree, as a `remote.Remote` proxy."""
+    if BEHIND_BOUNDARY:
+        tree = Path(root or WORKSPACE).resolve()
+        return remote.host(tree).request("load", None, str(path), name, str(tree))
+    return load_here(path, name, root)
+
+
+def agent_module(name: str, reference: bool = False, fresh: bool = False):
+    """The module `name` as the agent's code imports it (`import centralbank` in rates.py):
+    the same module object its code uses, so what the check reads or sets on it is what that
+    code sees. `reference`: the one of the reference's copy. `fresh`: imported anew, so a
+    module that binds a name at import (`from text_utils import slugify`) binds what the
+    check has set since."""
+    if not BEHIND_BOUNDARY:
+        import importlib
+        if fresh:
+            sys.modules.pop(name, None)
+        return importlib.import_module(name)
+    tree = REFERENCE if reference else WORKSPACE
+    assert tree is not None, "this task has no good reference to compare with (refs.good)"
+    endpoint = remote.host(Path(tree).resolve())
+    if fresh:
+        endpoint.request("drop_module", None, name)
+    return endpoint.request("module", None, name)
+
+
+@contextlib.contextmanager
+def record_calls(*names: str, reference: bool = False):
+    """Log every call the agent's code makes, during the block, to the functions named (dotted:
+    "subprocess.Popen.__init__", "builtins.open", "os.system"), where that code runs: behind
+    the trust boundary, in its host. Yields {name: [[args, kwargs], ...]}, filled when the
+    block ends; arguments that are not data (a Popen's self) come as proxies. The agent's code
+    could forge this log: a spy checks what a fine implementation shows, not a safety rule."""
+    calls: dict = {}
+    if not BEHIND_BOUNDARY:  # a task whose checks are not yet behind the boundary
+        index = remote._record_start(None, None, list(names))
+        try:
+            yield calls
+        finally:
+            calls.update(remote._record_stop(None, None, index))
+        return
+    tree = REFERENCE if reference else WORKSPACE
+    endpoint = remote.host(Path(tree).resolve())
+    index = endpoint.request("record_start", None, list(names))
+    try:
+        yield calls
+    finally:
+        calls.update(endpoint.request("record_stop", None, index))
+
+
+def by_reference(owner, name: str):
+    """The attribute `name` of an agent object (a module of `agent_module`) as a proxy of the
+    object itself, not a copy of its value: `by_reference(store, "ARTICLES")[:] = [...]`
+    changes the list the agent's code holds. Outside the boundary, the attribute itself."""
+    if isinstance(owner, remote.Remote):
+        return owner._endpoint.request("getref", owner._id, name)
+    return getattr(owner, name)
+
+
+def subclass(base, name: str):
+    """A subclass named `name` of one of the agent's classes (`class Timeout(payments.GatewayUnavailable)`
+    in a check), made where that class lives: behind the trust boundary, its host."""
+    if isinstance(base, remote.Remote):
+        return base._endpoint.request("subclass", base._id, name)
+    return type(name, (base,), {})
+
+
+def load_here(path, name=None, root=None):
     target = (Path(root or WORKSPACE) / path).resolve()
     assert target.is_file(), f"{path} was not written"
     module_name = name or f"_pony_{target.stem}_{next(_counter)}"
@@ -95,6 +168,8 @@ def load(path, name=None, root=None):
 
 
 def find_function(module, *names):
+    if isinstance(module, remote.Remote):
+        return module._endpoint.request("find_function", module._id, *names)
     for name in names:
         candidate = getattr(module, name, None)
         if callable(candidate):
@@ -106,6 +181,8 @@ def find_class(module, method, *names):
     """The class the ticket names (the first of `names` the module has, with `method`), else
     the first class defined in the module with `method`: a helper class with the same method
     name, defined first, is not taken for the one the ticket asks for."""
+    if isinstance(module, remote.Remote):
+        return module._endpoint.request("find_class", module._id, method, *names)
     for name in names:
         value = getattr(module, name, None)
         if isinstance(value, type) and callable(getattr(value, method, None)):
@@ -140,7 +217,7 @@ def start_process(argv, port=None, timeout=10, env=None, cwd=None):
     in the workspace, or `cwd` (the reference's copy, for a differential of two servers)."""
     proc = subprocess.Popen(
         [str(a) for a in argv], cwd=cwd or WORKSPACE, env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_preexec(),
     )
     _processes.append(proc)
     if port is not None:
@@ -343,6 +420,31 @@ class Clock:
         self.monotonic += seconds
 
 
+_REAL_DATETIME, _REAL_DATE = _datetime.datetime, _datetime.date
+
+
+# They read time.time, not a clock of their own: in a host process (remote.py) time.time calls
+# the check's clock back, while a copy of the check's Clock there would never move.
+class FakeDatetime(_REAL_DATETIME):
+    @classmethod
+    def now(cls, tz=None):
+        return _REAL_DATETIME.fromtimestamp(time.time(), tz) if tz else _REAL_DATETIME.fromtimestamp(time.time())
+
+    @classmethod
+    def utcnow(cls):
+        return _REAL_DATETIME.fromtimestamp(time.time(), _datetime.timezone.utc).replace(tzinfo=None)
+
+    @classmethod
+    def today(cls):
+        return cls.now()
+
+
+class FakeDate(_REAL_DATE):
+    @classmethod
+    def today(cls):
+        return _REAL_DATE.fromtimestamp(time.time())
+
+
 @contextlib.contextmanager
 def fake_clock(start: float = 1_704_067_200.0):
     """Run the block with time.time, time.monotonic (and their _ns forms), datetime.now,
@@ -350,28 +452,10 @@ def fake_clock(start: float = 1_704_067_200.0):
     delivered module inside the block: `from datetime import datetime` then takes the fake."""
     clock = Clock(now=start)
     real_datetime, real_date = _datetime.datetime, _datetime.date
-
-    class FakeDatetime(real_datetime):
-        @classmethod
-        def now(cls, tz=None):
-            clock.calls += 1
-            return real_datetime.fromtimestamp(clock.now, tz) if tz else real_datetime.fromtimestamp(clock.now)
-
-        @classmethod
-        def utcnow(cls):
-            return real_datetime.fromtimestamp(clock.now, _datetime.timezone.utc).replace(tzinfo=None)
-
-        @classmethod
-        def today(cls):
-            return cls.now()
-
-    class FakeDate(real_date):
-        @classmethod
-        def today(cls):
-            return real_date.fromtimestamp(clock.now)
-
     patches = {"time": lambda: clock.now, "time_ns": lambda: int(clock.now * 1e9),
                "monotonic": lambda: clock.monotonic, "monotonic_ns": lambda: int(clock.monotonic * 1e9)}
+    for function in patches.values():
+        function._ponybench_check_side = True  # a host calls it back (remote._check_side)
     saved = {name: getattr(time, name) for name in patches}
     try:
         for name, function in patches.items():
@@ -431,7 +515,7 @@ class Program:
         try:
             return subprocess.run([*self.argv, *map(str, args)], cwd=cwd or WORKSPACE, capture_output=True, text=True,
                                   timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL,
-                                  env={**os.environ, **self.env, **(env or {})})
+                                  env={**os.environ, **self.env, **(env or {})}, preexec_fn=_preexec())
         except subprocess.TimeoutExpired:
             raise AssertionError(f"`{self.name} {' '.join(map(str, args))}` did not finish within {timeout:g} s") from None
 
@@ -514,7 +598,21 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
     return found
 
 
+def _untrusted_child() -> None:
+    """preexec of the agent's programs: the sandbox's unprivileged user where there is one."""
+    remote.become_untrusted()
+
+
+def _preexec():
+    try:
+        from . import sandbox  # the sandbox branch's module, where merged
+    except ImportError:
+        return None
+    return _untrusted_child if getattr(sandbox, "IN_SANDBOX", False) else None
+
+
 def cleanup() -> None:
+    remote.close_hosts()
     for proc in _processes:
         if proc.poll() is None:
             proc.kill()
@@ -528,11 +626,13 @@ def cleanup() -> None:
 def namespace(entry: str | None) -> dict:
     from .regressions import notes_app_regressions  # it uses this module's helpers
 
-    global _entry
+    global _entry, CHECK_GLOBALS
     _entry = entry
-    return {
+    CHECK_GLOBALS = {
         "__name__": "__ponybench_check__", "Path": Path,
-        "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "find_function": find_function,
+        "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "agent_module": agent_module, "record_calls": record_calls,
+        "by_reference": by_reference, "subclass": subclass,
+        "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
         "start_process": start_process, "http": http,
         "check": check, "load_reference": load_reference, "differential": differential, "same_value": same_value,
@@ -542,3 +642,4 @@ def namespace(entry: str | None) -> dict:
         **{name: getattr(batteries, name) for name in batteries.NAMES},
         "notes_app_regressions": notes_app_regressions,
     }
+    return CHECK_GLOBALS

@@ -42,28 +42,31 @@ class Verdict:
 
 
 def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float,
-              transcript: Path | None = None, reference: Path | None = None) -> Verdict:
+              transcript: Path | None = None, reference: Path | None = None, in_process: bool = False) -> Verdict:
     """Run one check in `workspace` itself and return its verdict; never raises for agent
     faults. `transcript`: the cell's kept transcript, named to the check in
     $PONYBENCH_TRANSCRIPT (the graders of an imported eval case read the agent's tool calls
     there)."""
     return _run({axis: code}, Path(workspace), entry, timeout, transcript, in_copies=False,
-                reference=reference)[axis]
+                reference=reference, in_process=in_process)[axis]
 
 
 def run_checks(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
-               transcript: Path | None = None, ignore=None, reference: Path | None = None) -> dict[str, Verdict]:
+               transcript: Path | None = None, ignore=None, reference: Path | None = None,
+               in_process: bool = False) -> dict[str, Verdict]:
     """Run a cell's checks, each in its own disposable copy of `workspace` (`ignore`: what
     the copies leave out, as for `shutil.copytree`), so neither a check nor the code it runs
     can touch the workspace or the other axis; their verdicts by axis. `reference`: a
     workspace seeded with the good reference, copied for each check (`load_reference`).
+    `in_process`: the task's checks are not yet behind the trust boundary (remote.py): they
+    load the agent's code into their own process, as before it existed.
 
     One supervisor runs them one after the other (procs.start_calls): it forks each check
     and kills its tree at `timeout` or when it ends, so a cell pays for one supervisor, not
     one a check. The copies are made here, where copying is cheap: in a freshly forked
     process every page the copying code touches is first copied itself."""
     return _run(checks, Path(workspace), entry, timeout, transcript, in_copies=True, ignore=ignore,
-                reference=reference)
+                reference=reference, in_process=in_process)
 
 
 # Beyond the checks' own deadlines, for the supervisor's own work between them: only a wedged
@@ -72,7 +75,8 @@ SUPERVISOR_ALLOWANCE = 30.0
 
 
 def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: float,
-         transcript: Path | None, in_copies: bool, ignore=None, reference: Path | None = None) -> dict[str, Verdict]:
+         transcript: Path | None, in_copies: bool, ignore=None, reference: Path | None = None,
+         in_process: bool = False) -> dict[str, Verdict]:
     if not checks:  # a task without checks: no supervisor to start
         return {}
     env = {
@@ -103,7 +107,7 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
             private.mkdir(mode=0o700)
             verdict = private / "verdict.json"
             calls.append({"function": "pytest_ponybench.checks:run_here",
-                          "args": [checks[axis], str(verdict), entry or "", own_reference],
+                          "args": [checks[axis], str(verdict), entry or "", own_reference, not in_process],
                           "cwd": str(cwd), "timeout": timeout,
                           "result": str(verdict), "output": str(scratch / "output.txt"), "tail": OUTPUT_EXCERPT,
                           "sandbox": {**_view(scratch, workspace, [cwd, own_reference] if in_copies else [own_reference],
@@ -160,6 +164,11 @@ def _verdict_of_report(axis: str, timeout: float, report: dict | None, graders_o
     if report is None or report.get("timed_out"):
         return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
     result = report.get("result")
+    # The check's process ends with os._exit(0) right after writing its verdict, and with
+    # nothing else: a verdict file beside another ending was written by someone else (agent
+    # code that wrote it, then killed the check).
+    if report.get("code") != 0:
+        result = None
     if isinstance(result, dict) and "ok" in result and "reason" in result:
         return Verdict(bool(result["ok"]), str(result["reason"]), str(result.get("check") or ""))
     tail = str(report.get("tail") or "").splitlines()
@@ -219,18 +228,34 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def run_here(code: str, verdict_path: str, entry: str, reference: str = "") -> None:
+def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boundary: bool = True) -> None:
     """The check's own process (forked, in the workspace): run the check code with the
-    helper API, then its named checks in order, write the verdict, leave at once."""
-    from . import checklib  # with its imports, before an agent's json.py or http.py can shadow them
+    helper API, then its named checks in order, write the verdict, leave at once.
+
+    `boundary`: the agent's code runs only in host processes (remote.py) that `load` forks,
+    and this process, which alone writes the verdict, never imports it. A host that died or
+    broke the protocol fails the check whatever the check code caught. Without `boundary`
+    (a task marked `checks_in_process`) the agent's modules are imported here, as before."""
+    from . import checklib, remote  # with its imports, before an agent's json.py or http.py can shadow them
 
     verdict_fd = _open_verdict(verdict_path)
-    if sandbox.IN_SANDBOX:  # from here on, nothing this process does is the harness's
+    # Behind the boundary the agent's code runs only in hosts, which drop to the untrusted
+    # user themselves (remote.py): this process stays the harness's and alone writes the
+    # verdict. A task whose checks still import the agent's code here drops it all.
+    if sandbox.IN_SANDBOX and not boundary:
         sandbox.become_untrusted()
     sys.dont_write_bytecode = True  # no __pycache__ left in the kept workspace
     checklib.WORKSPACE = Path.cwd()  # the module was imported once, in the fork server's directory
     checklib.REFERENCE = Path(reference) if reference else None
-    sys.path.insert(0, os.getcwd())  # the agent's modules import each other by name
+    checklib.BEHIND_BOUNDARY = boundary
+    if boundary:
+        remote._set_non_dumpable()  # no host may ptrace this process or read its memory
+        remote.adopt_orphans()  # what a host leaves running ends before the verdict is written
+        # Nothing of the workspace is importable here: the check never runs the agent's module
+        # by importing it by name; the hosts put their own tree first on their path.
+        sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
+    else:
+        sys.path.insert(0, os.getcwd())  # the agent's modules import each other by name
     try:
         exec(compile(code, "<check>", "exec"), checklib.namespace(entry or None))
         checklib.run_named_checks()
@@ -241,6 +266,10 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "") -> N
         verdict = {"ok": False, "reason": _reason(exc)}
     finally:
         checklib.cleanup()
+        if boundary:
+            remote.kill_descendants()
+    if remote.broken():  # checked after the check code, whatever it caught
+        verdict = {"ok": False, "reason": remote.broken(), **({"check": verdict["check"]} if "check" in verdict else {})}
     _write_verdict(verdict_fd, verdict)
     sys.stdout.flush()
     os._exit(0)  # skip atexit handlers the agent's code may have registered

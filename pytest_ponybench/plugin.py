@@ -406,6 +406,12 @@ def pytest_collection_modifyitems(session, config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+    # Tasks whose checks still run the agent's code in their own process: said once, by name.
+    in_process = sorted({i.cell.task.name for i in keep if i.cell.task.checks_in_process})
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if in_process and reporter is not None:
+        reporter.write_line(f"ponybench: the checks of {', '.join(in_process)} are not yet behind the trust boundary "
+                            f"(checks_in_process): the agent's code runs in the process that writes their verdict")
     grace = 120 + 2 * max((i.cell.task.check_timeout for i in keep), default=30)
     # pytest-timeout is the net above the cell's own timeout, never the first line. One mark
     # for every item: building it per item was a measurable share of collecting 10,000 cells.

@@ -34,12 +34,14 @@ class _Clock:
 
 
 def _app(workspace: Path):
-    if str(workspace) not in sys.path:
+    # The app's modules as its own code imports them: behind the trust boundary, in the
+    # workspace's host process (remote.py), and the app's objects are proxies there.
+    if not checklib.BEHIND_BOUNDARY and str(workspace) not in sys.path:
         sys.path.insert(0, str(workspace))
-    from app.application import Application
-    from app.config import Config
-    from app.db import open_database
-    from app.web import Request
+    Application = checklib.agent_module("app.application").Application
+    Config = checklib.agent_module("app.config").Config
+    open_database = checklib.agent_module("app.db").open_database
+    Request = checklib.agent_module("app.web").Request
 
     app = Application(Config(database=":memory:"), open_database(":memory:"), _Clock())
 

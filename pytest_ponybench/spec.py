@@ -46,6 +46,8 @@ TASK_FIELDS = {
     "equivalent_mutants": "{mutant id: why it changes no behaviour}: survivors of the mutation score",
     "judge_completeness": "true: the judge (--ponybench-judge) scores completeness here too; false: never "
                           "(default: open and fixture tasks only)",
+    "checks_in_process": "why this task's checks still run the agent's code in the check's own process "
+                         "(not yet behind the trust boundary; the run says so)",
 }
 ARM_FIELDS = {
     "description": "one line for humans",
@@ -105,6 +107,9 @@ class TaskSpec:
     refs: Refs | None = None
     tags: tuple[str, ...] = ()
     check_timeout: float = 30.0
+    # Not "": why the checks still load the agent's code into their own process, not behind the
+    # trust boundary of remote.py (the run prints it; docs/writing-tasks.md lists these tasks).
+    checks_in_process: str = ""
     rehearsal: dict[str, str] = field(default_factory=dict)
     description: str = ""
     spec_hash: str = ""
@@ -415,7 +420,12 @@ def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
     if completeness is not None and not isinstance(completeness, bool):
         raise SpecError(f"{path}: field 'judge_completeness': must be true or false (or left out: open and "
                         f"fixture tasks are judged on completeness, others not)")
+    in_process = raw.get("checks_in_process") or ""
+    if not isinstance(in_process, str):
+        raise SpecError(f"{path}: field 'checks_in_process': must be one line saying why the checks are not yet "
+                        f"behind the trust boundary")
     return TaskSpec(
+        checks_in_process=in_process.strip(),
         name=name, path=path, prompt=prompt, file=entry, seed=seed, fixture=fixture, open=open_,
         checks=dict(checks), refs=refs, tags=tuple(tags), check_timeout=float(timeout),
         rehearsal=rehearsal, description=str(description), spec_hash=_short_hash(raw),

@@ -108,6 +108,15 @@ def test_agent_code_that_calls_os_exit_at_import(tmp_path):
     ws = ws_with(tmp_path, {"impl.py": "import os\nprint('leaving now', flush=True)\nos._exit(7)\n"})
     verdict = check(ws, "load(FILE)")
     assert not verdict.ok
+    # Behind the trust boundary (remote.py) its host process died; the check's own process,
+    # which alone writes the verdict, says so.
+    assert "ended its own process (exit code 7)" in verdict.reason
+
+
+def test_agent_code_that_calls_os_exit_at_import_in_process(tmp_path):
+    ws = ws_with(tmp_path, {"impl.py": "import os\nprint('leaving now', flush=True)\nos._exit(7)\n"})
+    verdict = checks.run_check("load(FILE)", ws, "correct", "impl.py", 10, in_process=True)
+    assert not verdict.ok
     assert "exit code 7 without a verdict" in verdict.reason
     assert verdict.reason.endswith(": leaving now")  # the last line of its output is kept
 

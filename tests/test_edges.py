@@ -150,7 +150,7 @@ def test_agent_code_that_prints_the_grader_s_mark_and_loops_is_still_the_agent_s
         f"os.write(2, ('\\n{graders.SEARCH_MARK}' + json.dumps({{'name': 'g', 'pattern': 'x', 'chars': 1, "
         "'where': 'the last message'}) + '\\n').encode())\n"
         "while True:\n    pass\n")
-    verdict = grade(ws, "import evil\n")
+    verdict = grade(ws, "load('evil.py')\n")  # behind the trust boundary: run where it is loaded
     assert not verdict.instrument and verdict.reason.startswith("correct check timed out"), verdict
     # Nor does graders' code with anything more in it.
     code = graders.check_code([{"name": "all-a", "type": "regex", "pattern": CATASTROPHIC}]) + "import evil\n"

@@ -461,3 +461,10 @@ def test_a_task_asks_for_the_completeness_judgement_and_a_bad_value_is_refused(t
     assert asked.spec_hash != plain.spec_hash
     message = error_of(tmp_path, {**GOOD, "judge_completeness": "yes"})
     assert "t1.yaml: field 'judge_completeness': must be true or false" in message
+
+
+def test_checks_in_process_is_one_line_of_why(tmp_path):
+    assert load(tmp_path, GOOD).checks_in_process == ""  # behind the trust boundary by default
+    task = load(tmp_path, {**GOOD, "checks_in_process": " its check imports the agent's package by name "})
+    assert task.checks_in_process == "its check imports the agent's package by name"
+    assert "checks_in_process" in error_of(tmp_path, {**GOOD, "checks_in_process": True})
