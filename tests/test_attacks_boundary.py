@@ -75,7 +75,9 @@ def forge():
 def test_writing_the_verdict_file_and_exiting_does_not_pass(tmp_path):
     verdict = judge(tmp_path, FIND_VERDICT_PATH + WRONG.replace("return a - b", "forge(); os._exit(0)"))
     assert not verdict.ok
-    assert "ended its own process" in verdict.reason
+    # Unsandboxed the forged file is written and the host's exit fails the check; in the
+    # sandbox the host, an unprivileged user, cannot even open the verdict's folder.
+    assert "ended its own process" in verdict.reason or "Permission denied" in verdict.reason, verdict.reason
 
 
 def test_writing_the_verdict_file_at_import_and_exiting_does_not_pass(tmp_path):
@@ -94,7 +96,7 @@ def add(a, b):
 """
     verdict = judge(tmp_path, impl)
     assert not verdict.ok
-    assert "without a verdict" in verdict.reason
+    assert "without a verdict" in verdict.reason or "Permission denied" in verdict.reason, verdict.reason
 
 
 def test_a_daemon_rewriting_the_verdict_file_does_not_pass(tmp_path):

@@ -180,8 +180,6 @@ def test_the_wrong_add_fails_its_check_when_nothing_attacks(tmp_path):
 # --------------------------------------------------------------------------- forged verdicts
 
 
-@pytest.mark.xfail(strict=True, reason="values cross from the agent's code to the check as live objects: an "
-                                       "__eq__ that says True passes any assert ==")
 def test_a_lying_return_value_whose_eq_is_always_true_does_not_pass(tmp_path):
     """Attack: add returns an object whose __eq__ always says True (and __ne__ False), so the
     check's `add(2, 3) == 5` holds whatever the code computes. Promise: a verdict is forged
@@ -199,8 +197,6 @@ def test_a_lying_return_value_whose_eq_is_always_true_does_not_pass(tmp_path):
     assert not judged(ws)["correct"].ok
 
 
-@pytest.mark.xfail(strict=True, reason="the agent's code shares the check's interpreter: patching json.dump "
-                                       "rewrites the verdict the trusted side writes")
 def test_patching_the_json_module_the_verdict_is_written_with_does_not_pass(tmp_path):
     """Attack: at import the delivered code wraps json.dump (the very module object
     checks.run_here writes its verdict with), turning any failed verdict into ok. It never
@@ -217,8 +213,6 @@ def test_patching_the_json_module_the_verdict_is_written_with_does_not_pass(tmp_
     assert not judged(ws)["correct"].ok
 
 
-@pytest.mark.xfail(strict=True, reason="the agent's code can walk up to the check's frame and rebind names in "
-                                       "the check's own namespace between its lines")
 def test_a_trace_function_on_the_check_s_frame_swapping_add_does_not_pass(tmp_path):
     """Attack: frame walking. At import the delivered code finds the `<check>` frame above it
     and sets a trace function on it; on the next line event it rebinds `add` in the check's
@@ -242,8 +236,6 @@ def test_a_trace_function_on_the_check_s_frame_swapping_add_does_not_pass(tmp_pa
     assert not judged(ws)["correct"].ok
 
 
-@pytest.mark.xfail(strict=True, reason="the agent's code shares the check's builtins: builtins.all patched to "
-                                       "True passes every all(...) assertion")
 def test_overriding_a_builtin_the_check_uses_does_not_pass(tmp_path):
     """Attack: the check asserts `all(...)` over many inputs, a common idiom; the delivered
     code replaces builtins.all with a function that always says True. Promise: trusted check
@@ -256,8 +248,6 @@ def test_overriding_a_builtin_the_check_uses_does_not_pass(tmp_path):
     assert not judged(ws, code)["correct"].ok
 
 
-@pytest.mark.xfail(strict=True, reason="checklib is a module of the check's interpreter: replacing "
-                                       "run_named_checks skips every @check")
 def test_replacing_run_named_checks_through_sys_modules_does_not_pass(tmp_path):
     """Attack: the task's assertions live in named checks (`@check`), run after the check code
     by checklib.run_named_checks; the delivered code, imported by the check code, replaces that
@@ -273,8 +263,6 @@ def test_replacing_run_named_checks_through_sys_modules_does_not_pass(tmp_path):
     assert not verdict.ok and verdict.check == "adds_two_numbers", verdict
 
 
-@pytest.mark.xfail(strict=True, reason="gc.get_objects() hands the agent's code the check's namespace dict, and "
-                                       "find_function in it is replaced")
 def test_finding_the_check_namespace_through_gc_does_not_pass(tmp_path):
     """Attack: through gc the delivered code finds the dict the check code runs in (its
     `__name__` is `__ponybench_check__`) and replaces `find_function` in it, so the check's
@@ -292,8 +280,6 @@ def test_finding_the_check_namespace_through_gc_does_not_pass(tmp_path):
     assert not judged(ws, code)["correct"].ok
 
 
-@pytest.mark.xfail(strict=True, reason="the check can open its supervisor's status pipe through /proc/<ppid>/fd "
-                                       "and write a verdict line that is read before the real one")
 def test_writing_a_forged_report_into_the_supervisor_s_status_pipe_does_not_pass(tmp_path):
     """Attack: the supervisor reports each check to the harness as one JSON line on a pipe.
     The delivered code opens that pipe's write end through /proc/<its parent>/fd (every pipe
@@ -340,8 +326,6 @@ def test_control_a_differential_check_catches_the_wrong_add(tmp_path):
     assert not judged(ws, DIFFERENTIAL_CHECK, reference=good_reference(tmp_path))["correct"].ok
 
 
-@pytest.mark.xfail(strict=True, reason="checklib.REFERENCE is writable by the agent's code: pointed at its own "
-                                       "workspace, the differential compares the agent with itself")
 def test_pointing_the_reference_at_the_delivered_code_does_not_pass(tmp_path):
     """Attack: monkeypatching the reference. The delivered code sets checklib.REFERENCE to its
     own workspace before the check loads the reference, so the differential check compares the
@@ -389,8 +373,6 @@ def a_task(tmp_path: Path, checks_code: str, refs: bool = True) -> TaskSpec:
                     refs=Refs(good=GOOD_ADD, bad={"add.py": BAD_ADD}, axis="correct") if refs else None)
 
 
-@pytest.mark.xfail(strict=True, reason="the master copy of the good reference (one per process, under /tmp) is "
-                                       "writable by any check: one cell's code rewrites it for every later cell")
 def test_rewriting_the_process_s_master_reference_does_not_fail_later_cells(tmp_path):
     """Attack: the harness seeds the good reference once per process and task
     (cell.reference_workspace) and copies it for each check. Cell 0's delivered code finds
@@ -431,7 +413,8 @@ def test_printing_a_verdict_and_exiting_0_early_does_not_pass(tmp_path):
         os._exit(0)
         """))
     verdict = judged(ws)["correct"]
-    assert not verdict.ok and "without a verdict" in verdict.reason, verdict
+    # In its host behind the trust boundary the exit ends the host, mid-call; in process, the check.
+    assert not verdict.ok and ("without a verdict" in verdict.reason or "ended its own process" in verdict.reason), verdict
 
 
 def test_an_atexit_handler_and_exit_0_do_not_pass(tmp_path):
@@ -447,8 +430,6 @@ def test_an_atexit_handler_and_exit_0_do_not_pass(tmp_path):
     assert not verdict.ok and "exit(0)" in verdict.reason, verdict
 
 
-@pytest.mark.xfail(strict=True, reason="every axis's copy is made before the first check runs, side by side: the "
-                                       "correct check's code rewrites the safe axis's copy")
 def test_the_code_run_by_one_axis_does_not_rewrite_the_next_axis_s_copy(tmp_path):
     """Attack: run_checks copies the workspace once per axis into sibling folders before the
     first check runs. While the `correct` check imports it, the wrong add rewrites itself in
@@ -470,8 +451,6 @@ def test_the_code_run_by_one_axis_does_not_rewrite_the_next_axis_s_copy(tmp_path
     assert not verdicts["safe"].ok, "the safe verdict was forged by the code the correct check ran"
 
 
-@pytest.mark.xfail(strict=True, reason="check.load() resolves links: add.py linked to another cell's passed code "
-                                       "passes as this cell's")
 def test_a_link_to_another_cell_s_passed_code_does_not_pass_as_this_cell_s(tmp_path):
     """Attack: the agent delivers no code of its own: add.py is an absolute link to a finished
     cell's add.py in the same run directory. The check's copy keeps the link and the check's
@@ -497,8 +476,6 @@ def runs_project(tmp_path: Path, monkeypatch) -> tuple[Path, RunDir]:
     return project, run_dir
 
 
-@pytest.mark.xfail(strict=True, reason="the check reads /proc/<harness>/cwd, finds runs/ there and rewrites "
-                                       "another cell's code and results.jsonl")
 def test_a_check_does_not_reach_other_cells_through_the_harness_s_working_directory(tmp_path, monkeypatch):
     """Attack: no environment variable needed. The delivered code walks up its ancestors to the
     harness, reads /proc/<harness>/cwd (the project), and through runs/*/ rewrites another
@@ -523,8 +500,6 @@ for _path in glob.glob(_os.path.join(_root, "runs", "*", "results.jsonl")):
     assert ((other / "add.py").read_text(), run_dir.results_path.read_text()) == before
 
 
-@pytest.mark.xfail(strict=True, reason="the run's key is a file of the same user: the check reads it and seals a "
-                                       "passed result for a cell that never ran, which a resume reuses")
 def test_a_check_cannot_seal_a_result_for_another_cell_with_the_run_s_key(tmp_path, monkeypatch):
     """Attack: the delivered code finds the run (the harness's cwd), the key folder (its own
     environment, else the harness's /proc/<pid>/environ, else the default cache path), reads
@@ -587,13 +562,14 @@ def test_a_check_inherits_no_descriptor_of_the_harness(tmp_path):
     reason = judged(ws)["correct"].reason
     assert reason.startswith("descriptors "), reason
     fds = json.loads(reason.split(" ", 1)[1])
-    assert set(fds) <= {"0", "1", "2"}, fds
+    # Behind the trust boundary the agent's code runs in a host process that keeps one socket:
+    # its line to the check that loaded it (remote.py), which carries only data.
+    extra = {fd: target for fd, target in fds.items() if fd not in {"0", "1", "2"}}
+    assert len(extra) <= 1 and all(target.startswith("socket:") for target in extra.values()), fds
     assert fds.get("0") == "/dev/null", fds
-    assert not any(target.startswith(("socket:", "pipe:")) for target in fds.values()), fds
+    assert not any(target.startswith("pipe:") for target in fds.values()), fds
 
 
-@pytest.mark.xfail(strict=True, reason="the check can SIGSTOP its grandparent, the fork server; the next cell's "
-                                       "request then waits without a deadline")
 def test_stopping_the_fork_server_does_not_hang_the_next_cell(tmp_path):
     """Attack: the delivered code sends SIGSTOP to the fork server above it (found by walking
     up to `pony-server`) and lets its check fail. The next cell asks the stopped server for a
@@ -628,8 +604,6 @@ if _server:
             follower.join(CHECK_TIMEOUT + 10)
 
 
-@pytest.mark.xfail(strict=True, reason="same user (root) and no PID namespace: the check reads the harness's "
-                                       "memory through /proc/<pid>/mem")
 def test_a_check_cannot_read_a_secret_out_of_the_harness_s_memory(tmp_path):
     """Attack: the delivered code opens /proc/<harness>/mem and scans every writable mapping
     for a secret the harness holds (here a marked token; in a run, the run's key or the API
@@ -667,8 +641,6 @@ raise AssertionError("found " + ",".join(sorted(_found)))
     assert held[len("redteam20-secret-"):] not in reason, reason[:200]
 
 
-@pytest.mark.xfail(strict=True, reason="pidfd_getfd as root steals the harness's socket to the fork server; the "
-                                       "server starts the check's program, which outlives the cell")
 def test_a_check_cannot_order_the_fork_server_to_start_a_process_of_its_own(tmp_path, mark):
     """Attack: the delivered code takes a copy of the harness's end of the fork server's
     socket (pidfd_open + pidfd_getfd on the harness) and sends the server an `exec` request
@@ -735,8 +707,6 @@ def test_a_renamed_child_in_its_own_group_waiting_for_the_check_to_end_does_not_
     assert leftovers(mark) == []
 
 
-@pytest.mark.xfail(strict=True, reason="a check may write anywhere under /tmp and /dev/shm, and what it writes "
-                                       "outside its copy stays after the cell")
 def test_files_a_check_writes_outside_its_copy_do_not_outlive_the_cell(tmp_path, mark):
     """Attack: the delivered code leaves files in the shared temporary folder and in
     /dev/shm, outside the disposable copy the harness removes (a later cell's code can read
@@ -756,7 +726,6 @@ def test_files_a_check_writes_outside_its_copy_do_not_outlive_the_cell(tmp_path,
     assert left == []
 
 
-@pytest.mark.xfail(strict=True, reason="a check has no memory cap: it allocates and touches 2 GiB")
 def test_a_check_cannot_take_2_gib_of_memory(tmp_path):
     """Attack: the delivered code allocates and touches memory 64 MiB at a time, up to 2 GiB
     (enough, on a busy 2-core machine, to push other cells' checks and the harness into the
@@ -777,7 +746,6 @@ def test_a_check_cannot_take_2_gib_of_memory(tmp_path):
     assert "allocated 2048 MiB" not in reason, reason
 
 
-@pytest.mark.xfail(strict=True, reason="a check has no process-count limit: it starts 2,000 threads")
 def test_a_check_cannot_start_thousands_of_threads(tmp_path):
     """Attack: the delivered code starts threads (each a task of the kernel, counted against
     the machine's pid_max, 32768 here) until it is refused or reaches 2,000. Promise: a
@@ -800,8 +768,6 @@ def test_a_check_cannot_start_thousands_of_threads(tmp_path):
     assert "started 2000 threads" not in reason, reason
 
 
-@pytest.mark.xfail(strict=True, reason="scoring a fixture runs `git add -A` in the workspace, whose .git/config "
-                                       "the agent wrote: its clean filter runs in the harness")
 def test_a_git_clean_filter_planted_in_a_fixture_workspace_does_not_run_when_scored(tmp_path):
     """Attack: in a fixture task's workspace the agent writes `.gitattributes` (`* filter=x`)
     and a `[filter "x"] clean = <command>` into .git/config. Scoring (cell.score_cell ->
@@ -873,7 +839,7 @@ from pathlib import Path
 def _arg(flag):
     return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else None
 _path = Path("_ponybench.transcript.jsonl")
-os.unlink(_path)
+_path.unlink(missing_ok=True)  # the kept name: the harness may not have it there while the CLI runs
 _lines = [
     {"type": "system", "subtype": "init", "claude_code_version": "2.1.328", "model": _arg("--model"),
      "tools": ["Read", "Write", "Edit", "Glob", "Grep"], "cwd": os.getcwd(), "skills": [],
@@ -888,8 +854,6 @@ _path.write_text("".join(json.dumps(line) + "\\n" for line in _lines))
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="the transcript the harness reads for the cost lies in the workspace: "
-                                       "replaced by the agent, it puts $0 on the ledger for a $0.50 cell")
 def test_a_transcript_replaced_by_the_agent_does_not_hide_what_the_cell_cost(tmp_path):
     """Attack: mid-session the agent unlinks `_ponybench.transcript.jsonl` and writes its own:
     a result line with a cost of $0. The CLI goes on writing its real result ($0.50) into the
@@ -916,8 +880,6 @@ def test_an_init_line_naming_another_arm_s_plugin_is_a_wrong_arm(tmp_path):
     assert record["status"] == "wrong_arm" and "other-arm" in record["error"], record
 
 
-@pytest.mark.xfail(strict=True, reason="the agent replaces the transcript with a clean init line: a wrong-arm "
-                                       "session is counted as a finished, passed cell of the arm")
 def test_a_transcript_replaced_by_the_agent_does_not_hide_a_wrong_arm(tmp_path):
     """Attack: the session really ran with another arm's plugin (its init line says so), and
     the agent replaces the transcript with one whose init line shows exactly this cell's arm.
@@ -929,8 +891,6 @@ def test_a_transcript_replaced_by_the_agent_does_not_hide_a_wrong_arm(tmp_path):
     assert record["status"] == "wrong_arm", record
 
 
-@pytest.mark.xfail(strict=True, reason="the harness reads _ponybench.stderr.txt by its path and follows a link "
-                                       "the agent put there: a file of the user's lands in results.jsonl")
 def test_a_link_planted_at_the_cli_s_stderr_file_does_not_leak_a_file_into_the_records(tmp_path):
     """Attack: the agent replaces `_ponybench.stderr.txt` with a link to a secret of the user
     (here a marked file; on a real machine ~/.ssh/id_rsa or the run's key), and the CLI
@@ -955,8 +915,6 @@ def strict_json(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-@pytest.mark.xfail(strict=True, reason="the ledger refuses the negative cost, but the cell's record keeps the "
-                                       "result line's cost_usd of -5.0 (summaries and compare read it)")
 def test_a_negative_cost_in_the_result_line_lowers_no_spend_and_shows_no_negative_cost(tmp_path):
     """Attack (a lying transcript): the result line says the cell cost -$5, to buy room under
     --ponybench-max-cost for more cells. Promise: the ledger and the records take no negative
@@ -1028,8 +986,6 @@ def test_control_a_session_of_a_good_cell_passes(tmp_path):
     assert by_cell(results(only_run_dir(root)))[CELL(0)]["passed"]
 
 
-@pytest.mark.xfail(strict=True, reason="the check can signal its ancestors: SIGSTOP on the pytest process hangs "
-                                       "the session with no result")
 def test_a_check_that_stops_the_harness_does_not_hang_the_session(tmp_path):
     """Attack: rather than killing its ancestors (the issue's attack), the delivered code sends
     SIGSTOP to the harness (the first ancestor that is not a pony-* child: the pytest process
@@ -1165,8 +1121,6 @@ def small_tmp(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=30)
 
 
-@pytest.mark.xfail(strict=True, reason="a check may fill the shared temporary folder outside its copy; the next "
-                                       "cell's checks cannot copy its workspace and it fails")
 def test_a_check_that_fills_the_temporary_folder_spoils_no_other_cell(tmp_path, small_tmp):
     """Attack: the delivered code of cell 0 fills the temporary folder (TMPDIR, where every
     check's copy is made) with 4 MiB files, each under the check's file-size cap, outside its

@@ -222,7 +222,8 @@ def test_a_forged_verdict_file_does_not_pass_the_cell(run):
         os._exit(0)
     """)
     assert not verdict.ok, "a verdict written by the agent's code passed the cell"
-    assert "without a verdict" in verdict.reason
+    # In process the check ends without a verdict; behind the trust boundary its host ends mid-call.
+    assert "without a verdict" in verdict.reason or "ended its own process" in verdict.reason, verdict.reason
 
 
 def test_a_check_cannot_change_the_installed_harness(run):

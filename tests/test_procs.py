@@ -497,7 +497,7 @@ def test_a_sandboxed_call_s_pid_hopper_is_gone_when_the_call_ends(tmp_path):
     code = f"""
         import subprocess, sys, time
         subprocess.Popen([sys.executable, "-c", {HOPPER!r}, {marker!r}], start_new_session=True)
-        time.sleep(1)
+        time.sleep(3)  # time for the watch to see a hopper on a loaded machine
     """
     with proc_watch.Sightings(marker) as seen:
         proc, timed_out = run_calls([sandboxed_call(code, tmp_path, "a")])
