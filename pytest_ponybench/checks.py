@@ -239,10 +239,13 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
     from . import checklib, remote  # with its imports, before an agent's json.py or http.py can shadow them
 
     verdict_fd = _open_verdict(verdict_path)
-    # Behind the boundary the agent's code runs only in hosts, which drop to the untrusted
-    # user themselves (remote.py): this process stays the harness's and alone writes the
-    # verdict. A task whose checks still import the agent's code here drops it all.
-    if sandbox.IN_SANDBOX and not boundary:
+    # In the sandbox this process drops to the untrusted user too: what the check makes in
+    # the copy (folders, files, a database) must be the agent's code's to write. The verdict
+    # stays out of that code's reach all the same: it runs in hosts (remote.py) that keep no
+    # descriptor but their socket, and this process is non-dumpable, so no process of that
+    # user may open its descriptors or memory; the worst the code can do is kill it, which
+    # fails the check ("without a verdict").
+    if sandbox.IN_SANDBOX:
         sandbox.become_untrusted()
     sys.dont_write_bytecode = True  # no __pycache__ left in the kept workspace
     checklib.WORKSPACE = Path.cwd()  # the module was imported once, in the fork server's directory
