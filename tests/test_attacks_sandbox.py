@@ -352,7 +352,10 @@ def test_a_check_that_kills_its_ancestors_does_not_end_the_session(run):
     """, marker)
     assert done.returncode == 0, f"the harness died ({done.returncode}): {done.stderr[-500:]}"
     verdict = json.loads(done.stdout.strip().splitlines()[-1])
-    assert verdict["ok"] is True, verdict  # nothing it could reach was harmed; its own code is correct
+    # Nothing of the harness's was harmed. Behind the trust boundary the code's host may kill
+    # the check's process that loaded it (the same untrusted user): that spoils its own
+    # verdict, never forges it; in process, its own code is correct and passes.
+    assert verdict["ok"] is True or "without a verdict" in verdict["reason"], verdict
 
 
 def test_a_check_that_kills_the_supervisor_and_the_fork_server_leaves_nothing(run):
