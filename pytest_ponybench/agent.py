@@ -20,7 +20,6 @@ from pathlib import Path
 
 from . import procs
 from . import record as records
-from .rundir import keep_room, release_room, valid_cost
 
 # Appended to every arm's system prompt, identically. The benchmark measures the code an agent
 # writes, not its attempts to run it: agents that start servers or browsers burn tokens on
@@ -346,6 +345,8 @@ def release_transcript(path: Path) -> None:
     """Give back the room `run` kept for a transcript, once the harness has written what the
     cell's run told it: until then a disk the agent filled stays full, and the harness's first
     write of its own records says so, rather than succeeding in the room and failing later."""
+    from .rundir import release_room
+
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
     except OSError:
@@ -356,15 +357,12 @@ def release_transcript(path: Path) -> None:
         os.close(fd)
 
 
-def _private_output(path: Path):
-    """A file of the harness's for the CLI's output: made new, never through a link."""
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
-
-
 def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
         transcript: Path, stderr: Path) -> RunOutcome:
+    from .rundir import keep_room
+
     start = time.monotonic()
-    with _private_output(transcript) as out, _private_output(stderr) as err:
+    with open(transcript, "wb") as out, open(stderr, "wb") as err:
         # Room for the CLI's output kept allocated before it starts: an agent that fills the
         # disk still leaves its CLI room for the result line, and so the harness its cost.
         keep_room(out.fileno(), TRANSCRIPT_ROOM)
@@ -504,8 +502,7 @@ def usage_metrics(t: Transcript) -> dict:
     total = None if out_tokens is None else (in_tokens or 0) + out_tokens + (cache or 0)
     model_usage = result.get("modelUsage") if isinstance(result.get("modelUsage"), dict) else {}
     return {
-        # A negative or non-finite cost is no cost: never shown, summed or subtracted.
-        "cost_usd": valid_cost(cost),
+        "cost_usd": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
         "duration_ms": _int(result.get("duration_ms")),
         "turns": _int(result.get("num_turns")),
         "denials": len(result["permission_denials"]) if isinstance(result.get("permission_denials"), list) else None,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import agent, checks, metrics, record as records, workspace
-from .rundir import CELL_IDENTITY, RunDir, move_cell, read_record, records_dir, valid_cost, write_record
+from .rundir import CELL_IDENTITY, RunDir, move_cell, read_record, valid_cost, write_record
 from .spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
 # The harness's records of a cell, kept beside its workspace (rundir.records_dir), sealed
@@ -246,19 +246,10 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     if ctx.confine:
         argv = agent.confine(argv, ws, env, run_dir=ctx.run_dir.path, needed=[plugin_dir])
     watch = workspace.watch_beside(ctx.run_dir.path)
-    # The CLI writes its output beside the workspace, where the harness keeps its records: an
-    # agent that replaces, truncates or links its transcript or stderr while it runs cannot
-    # change what its run cost, which plugins it loaded or what the harness quotes from it.
-    # Both are moved into the workspace once the CLI and its whole tree are gone.
-    running = records_dir(ws)
-    running.mkdir(parents=True, exist_ok=True)
-    out, err = running / "transcript.running", running / "stderr.running"
     try:
-        outcome = agent.run(argv, ws, env, ctx.timeout, out, err)
+        outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
     finally:
         changed_beside = watch.changed()  # also closes the watch when the run raised
-        workspace.put_back(out, ws / workspace.TRANSCRIPT)
-        workspace.put_back(err, ws / workspace.STDERR)
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import os
 import re
 import shutil
 import stat
@@ -116,17 +115,6 @@ def copy_ignore(workspace: Path):
             return []
         return [n for n in names if n.startswith(HARNESS_PREFIX) or n == ".git"]
     return ignore
-
-
-def put_back(running: Path, kept: Path) -> None:
-    """Move the CLI's output from where the harness had it written (`running`, beside the
-    workspace, out of the agent's reach) to its kept name in the workspace, replacing
-    whatever the agent left at that name: a file, a link (never followed), a folder."""
-    if not running.is_file():
-        return  # the run never started
-    if kept.is_dir() and not kept.is_symlink():
-        shutil.rmtree(kept)
-    os.replace(running, kept)  # a rename replaces a link itself, never its target
 
 
 def fresh(workspace: Path) -> None:
