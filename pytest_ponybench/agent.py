@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import procs
 from . import record as records
+from .rundir import valid_cost
 
 # Appended to every arm's system prompt, identically. The benchmark measures the code an agent
 # writes, not its attempts to run it: agents that start servers or browsers burn tokens on
@@ -502,7 +503,8 @@ def usage_metrics(t: Transcript) -> dict:
     total = None if out_tokens is None else (in_tokens or 0) + out_tokens + (cache or 0)
     model_usage = result.get("modelUsage") if isinstance(result.get("modelUsage"), dict) else {}
     return {
-        "cost_usd": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        # A negative or non-finite cost is no cost: never shown, summed or subtracted.
+        "cost_usd": valid_cost(cost),
         "duration_ms": _int(result.get("duration_ms")),
         "turns": _int(result.get("num_turns")),
         "denials": len(result["permission_denials"]) if isinstance(result.get("permission_denials"), list) else None,

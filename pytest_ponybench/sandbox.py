@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pwd
 import secrets
 import signal
 import sys
@@ -327,9 +328,12 @@ def enter_view(view: dict) -> None:
         if os.path.isdir(directory) and not _covered(directory, covers):  # $TMPDIR inside /tmp: covered with it
             _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={DISK_LIMIT},mode=1777")
             covers.append(directory)
-    home = _cover_home(view.get("home"), view.get("path") or "", covers)
-    if home:
-        covers.append(home)
+    # $HOME and the harness user's own home: a run with another $HOME (a rehearsal's, a
+    # test's) still has the interpreter under the user's own, which must stay reachable.
+    for home in dict.fromkeys([view.get("home") or "", _own_home()]):
+        covered = _cover_home(home, view.get("path") or "", covers)
+        if covered:
+            covers.append(covered)
     hidden = []
     for path in view.get("hide") or []:
         real = os.path.realpath(path)
@@ -355,6 +359,14 @@ def enter_view(view: dict) -> None:
             _mount(None, directory, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     # A /proc of this namespace only: no ancestor's pid, environment or open files.
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _own_home() -> str:
+    """The home of the user the harness runs as, from the password database ("" if none)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return ""
 
 
 def _cover_home(home: str | None, path: str, covers: list[str]) -> str:

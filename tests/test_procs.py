@@ -496,13 +496,23 @@ def test_a_sandboxed_call_s_pid_hopper_is_gone_when_the_call_ends(tmp_path):
     marker = f"pony-hopper-{tmp_path.name}"
     code = f"""
         import subprocess, sys, time
+        import os
         subprocess.Popen([sys.executable, "-c", {HOPPER!r}, {marker!r}], start_new_session=True)
-        time.sleep(3)  # time for the watch to see a hopper on a loaded machine
+        # The check sees its own namespace's /proc: it proves the hopper ran before it ends.
+        deadline, seen = time.monotonic() + 20, False
+        while not seen and time.monotonic() < deadline:
+            for entry in os.listdir("/proc"):
+                try:
+                    seen = seen or {marker!r}.encode() in open(f"/proc/{{entry}}/cmdline", "rb").read()
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        assert seen, "the hopper never ran: the test proves nothing"
+        time.sleep(1)
     """
-    with proc_watch.Sightings(marker) as seen:
-        proc, timed_out = run_calls([sandboxed_call(code, tmp_path, "a")])
+    with proc_watch.Sightings(marker):
+        proc, timed_out = run_calls([sandboxed_call(code, tmp_path, "a", timeout=60)])
     assert not timed_out and proc.results[0]["result"] == {"ok": True, "reason": "ok"}, proc.results
-    assert seen.seen, "the hopper never ran: the test proves nothing"
     left = proc_watch.wait_until_dead(proc_watch.marked(marker), timeout=3) + proc_watch.marked(marker)
     proc_watch.kill(left)
     assert not left, f"the hopper outlived its call: {left}"
