@@ -323,6 +323,14 @@ def enter_view(view: dict) -> None:
         real = os.path.realpath(path)
         if os.path.isfile(real):
             keep[real] = os.open(real, os.O_PATH)
+    # The interpreter and the installed harness, read-only, wherever they are: a virtual
+    # environment under /tmp (a wheel installed for a test, a CI's scratch venv) would vanish
+    # under the tmpfs laid over /tmp with its python and its lazily imported modules.
+    read_only = set()
+    for directory in dict.fromkeys([os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), *_harness_dirs()]):
+        if os.path.isdir(directory) and directory not in keep:
+            keep[directory] = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+            read_only.add(directory)
     covers: list[str] = []
     for directory in sorted({os.path.realpath(tempfile.gettempdir()), "/tmp", "/dev/shm"}, key=len):
         if os.path.isdir(directory) and not _covered(directory, covers):  # $TMPDIR inside /tmp: covered with it
@@ -342,11 +350,12 @@ def enter_view(view: dict) -> None:
             hidden.append(real)
     for path, fd in keep.items():
         if not _covered(path, covers + hidden):
+            os.close(fd)
             continue
-        is_dir = path == scratch or path in in_place
+        is_dir = path == scratch or path in in_place or path in read_only
         _make_mount_point(path, is_dir)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        if not is_dir:
+        if not is_dir or path in read_only:
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         os.close(fd)
     temporary = os.path.realpath(tempfile.gettempdir())
