@@ -43,6 +43,8 @@ import sys
 import time
 from decimal import Decimal
 
+from . import procs
+
 MESSAGE_LIMIT = 32 * 1024 * 1024  # bytes of one message from the host
 DEPTH_LIMIT = 120  # nesting of one value
 REPR_LIMIT = 100_000  # characters of a str() or repr() of an agent object
@@ -1169,27 +1171,11 @@ def adopt_orphans() -> None:
         pass
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1 and int(fields[1]) == pid:
-            found.append(int(entry))
-    return found
-
-
 def kill_descendants(rounds: int = 200) -> None:
     """SIGKILL every process under this one, orphans adopted included, until none is left."""
     me = os.getpid()
     for _ in range(rounds):
-        children = _children(me) if os.path.isdir("/proc") else []
+        children = procs.descendants(me) if os.path.isdir("/proc") else []
         if not children:
             return
         for pid in children:
