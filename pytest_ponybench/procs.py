@@ -767,6 +767,9 @@ def _init_of_call(message: dict, call: dict, streams: list[int], group, ready: i
     Never returns."""
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        # A session of the namespace's own: the call's process group is not the supervisor's,
+        # so a kill(0, ...) or killpg from the call reaches only its own namespace.
+        os.setsid()
         _name("pony-init")
         if group is not None:
             group.join()

@@ -62,7 +62,9 @@ def rehearse_on_hosts(project: Path, claude_bin: str, where: dict, select: str, 
             f"--ponybench-dir={project / 'runs'}", *QUIET, "-k", select,
             "-d", "--tx", f"{on_a}//chdir={where['A']}", "--tx", f"popen//chdir={where['B']}",
             "--ponybench-remote-workers"]
-    done = run(project, args, env, timeout=400)
+    # A hang's safety net, under pytest-timeout's 600 s: a first session proves every shipped
+    # instrument (about 25 s of CPU alone, several times that beside a loaded CI worker).
+    done = run(project, args, env, timeout=560)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert f"{passed} passed" in done.stdout, done.stdout[-3000:]
     return env
@@ -112,7 +114,7 @@ def test_a_rehearsal_on_remote_workers_brings_every_workspace_home_and_rescores_
 
     # The controller alone reproduces every figure from what came home.
     before = {r["cell"]: r for r in ran}
-    again = run(project, [f"--ponybench-rescore={run_dir}", *QUIET], env, timeout=400)
+    again = run(project, [f"--ponybench-rescore={run_dir}", *QUIET], env, timeout=560)
     assert again.returncode == 0, again.stdout[-3000:]
     after = {r["cell"]: r for r in results(run_dir)}
     assert after == before
