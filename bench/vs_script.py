@@ -20,6 +20,8 @@ kept rounds.
     python bench/vs_script.py rescore --cells 1000 --at-once 4
     python bench/vs_script.py collect --cells 10000
     python bench/vs_script.py peak --cells 1000,10000 [--failing]   the controller's peak memory
+    python bench/vs_script.py endphase --cells 10000 [--failing]      the session end's alone, in seconds:
+        summary.json, summary.md and report.html of N records cloned from a 40-cell run
     python bench/vs_script.py scale --cells 1000,10000 [--failing] [--repeat 3] [--against CHECKOUT]
         per size: CPU per cell, the controller's peak, the rescore's and the collection's wall time
     ... --plugin-mode xdist    N cells at once as N xdist workers (default: one process, --ponybench-at-once N)
@@ -429,6 +431,50 @@ def peak(bench: Bench, args) -> None:
               + (f"  EXIT {f['code']}" if f["code"] not in (0, 1) else ""), flush=True)
 
 
+# A session's end (controller.Gathering.finish) replayed on N sealed records cloned from a
+# kept run, in a process of its own: its peak memory above what reading nothing costs.
+END_PHASE = """
+import json, resource, sys
+from pathlib import Path
+from pytest_ponybench import controller
+from pytest_ponybench.rundir import RunDir, seal_result
+source, cells, scratch = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+run = RunDir.create(scratch)
+lines = (source / "results.jsonl").read_text(encoding="utf-8").splitlines()
+with open(run.results_path, "w", encoding="utf-8") as out:
+    for i in range(cells):
+        record = {k: v for k, v in json.loads(lines[i % len(lines)]).items() if k != "mac"}
+        record.update(cell=f"{record['task']}__{record['arm']}__{record['model']}__{i}", run=i)
+        out.write(json.dumps(seal_result(record, run.key), sort_keys=True) + "\\n")
+del lines
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+controller.Gathering(run).finish({}, "bench", True, "baseline", plots=False)
+print(json.dumps({"before_mb": before / 1024,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def endphase(bench: Bench, args) -> None:
+    """The session's end alone at --cells records, each side's peak above its start."""
+    bench.plugin(40, 4, 0)
+    source = bench.last_plugin_run()
+    for attempt in range(args.repeat):
+        wait_for_quiet(args.quiet_load, args.max_wait)
+        with tempfile.TemporaryDirectory(prefix="ponybench-endphase-") as scratch:
+            start = time.monotonic()
+            done = subprocess.run([sys.executable, "-c", END_PHASE, str(source), str(args.cells), scratch],
+                                  env={**os.environ, "PYTHONPATH": str(args.plugin_root.resolve())},
+                                  cwd=scratch,  # not a checkout: `-c` puts the cwd first on sys.path
+                                  capture_output=True, text=True, check=False)
+            wall = time.monotonic() - start
+        if done.returncode:
+            raise SystemExit(f"the end phase failed:\n{done.stderr[-2000:]}")
+        f = json.loads(done.stdout.strip().splitlines()[-1])
+        outcome = "failing" if args.failing else "passing"
+        print(f"end of a session of {args.cells} {outcome} cells: peak {f['peak_mb']:.0f} MB "
+              f"(+{f['peak_mb'] - f['before_mb']:.0f} MB over the records' writer), wall {wall:.1f} s", flush=True)
+
+
 def collect(bench: Bench, args) -> None:
     for attempt in range(args.repeat):
         f = bench.plugin(args.cells, 1, 0, "--co")
@@ -495,7 +541,7 @@ def scale(bench: Bench, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("run", "rescore", "collect", "peak", "scale"))
+    parser.add_argument("what", choices=("run", "rescore", "collect", "peak", "scale", "endphase"))
     parser.add_argument("--cells", default="80", help="cells (peak: comma-separated, e.g. 1000,10000)")
     parser.add_argument("--at-once", default="4", help="comma-separated: cells at once (xdist workers / script threads)")
     parser.add_argument("--agent-seconds", type=float, default=0.0)
@@ -533,7 +579,8 @@ def main() -> None:
         # Every Python process of both sides then compiles its modules (and pytest rewrites the
         # plugin's) from source: about 0.5 s more per pytest process than on a usual machine.
         print("note: PYTHONDONTWRITEBYTECODE is set; unset it to measure what a user's machine does")
-    what = {"run": run_matrix, "rescore": rescore, "collect": collect, "peak": peak, "scale": scale}[args.what]
+    what = {"run": run_matrix, "rescore": rescore, "collect": collect, "peak": peak, "scale": scale,
+            "endphase": endphase}[args.what]
     if args.workdir is not None:  # kept: a rescore can reuse its runs
         args.workdir.mkdir(parents=True, exist_ok=True)
         what(Bench(args, args.workdir.resolve()), args)

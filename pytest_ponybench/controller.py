@@ -122,7 +122,7 @@ class Gathering:
             # A resume or rescore merges; a run whose results file someone overwrote, filled
             # with garbage, or a full disk kept lines from, gets it whole again: every later
             # rescore, resume and ponybench-compare reads that file.
-            write_atomic(self.run_dir.results_path, "".join(
+            write_atomic(self.run_dir.results_path, (
                 json.dumps(seal_result(r, self.run_dir.key), sort_keys=True) + "\n" for r in every))
             if self.results_path != self.run_dir.results_path:  # a resume's or rescore's own file
                 self.results_path.unlink(missing_ok=True)

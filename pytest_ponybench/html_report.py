@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 from urllib.parse import quote
 
 from . import stats
@@ -79,10 +79,13 @@ def _axis(record: dict, axis: str) -> str:
     return "-" if value is None else str(value)
 
 
-def cells_html(records: Sequence[dict], run_dir: Path) -> str:
+def cells_html(records: Sequence[dict], run_dir: Path) -> Iterator[str]:
+    """The table of every cell, a row at a time (10,000 rows are 3.5 MB of page)."""
     headers = ["cell", "status", "correct", "safe", "total_loc", "cost", "out tokens",
                "duration", "workspace", "transcript", "error"]
-    rows = []
+    yield ("<h2>Cells</h2>\n<p>Links are relative to the run directory.</p>\n"
+           '<div class="scroll"><table id="cells"><thead><tr>' + "".join(f"<th>{h}</th>" for h in headers)
+           + "</tr></thead><tbody>\n")
     ordered = sorted(records, key=lambda r: (stats.name_of(r, "task"), stats.name_of(r, "model"),
                                              stats.name_of(r, "arm"), str(r.get("run"))))
     for r in ordered:
@@ -103,14 +106,13 @@ def cells_html(records: Sequence[dict], run_dir: Path) -> str:
                   html.escape(str(r.get("out_tokens") if r.get("out_tokens") is not None else "-")),
                   html.escape(f"{duration / 1000:.0f} s" if isinstance(duration, (int, float)) else "-"),
                   ws_link, tr_link, html.escape(str(r.get("error") or ""))]
-        rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in values) + "</tr>")
-    return ("<h2>Cells</h2>\n<p>Links are relative to the run directory.</p>\n"
-            '<div class="scroll"><table id="cells"><thead><tr>' + "".join(f"<th>{h}</th>" for h in headers)
-            + "</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></div>")
+        yield "<tr>" + "".join(f"<td>{v}</td>" for v in values) + "</tr>\n"
+    yield "</tbody></table></div>"
 
 
-def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats: ArmStats,
-               plots: list[tuple[str, str]], plot_message: str) -> str:
+def html_pieces(run_dir: Path, records: Sequence[dict], reference: str, arm_stats: ArmStats,
+                plots: list[tuple[str, str]], plot_message: str) -> Iterator[str]:
+    """report.html in pieces, for writing as they come (report.write_reports)."""
     body = [f"<h1>ponybench: {html.escape(run_dir.name)}</h1>"]
     body += [f"<p>{inline_code(line)}</p>" for line in header_lines(records, reference)]
     body.append("<h2>Results per task x model</h2>")
@@ -142,9 +144,8 @@ def build_html(run_dir: Path, records: Sequence[dict], reference: str, arm_stats
     if plot_message:
         body.append(f'<p class="missing" id="plots-missing">{inline_code(plot_message)}</p>')
     body += [f'<img class="plot" alt="{html.escape(alt)}" src="{uri}">' for alt, uri in plots]
-    body.append(cells_html(records, run_dir))
-    body.append(f"<h2>How to read</h2>\n<p>{inline_code(HOW_TO_READ)}</p>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>ponybench: {html.escape(run_dir.name)}</title>\n"
-            f"<style>{STYLE}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+    yield ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+           f"<title>ponybench: {html.escape(run_dir.name)}</title>\n"
+           f"<style>{STYLE}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n")
+    yield from cells_html(records, run_dir)
+    yield f"\n<h2>How to read</h2>\n<p>{inline_code(HOW_TO_READ)}</p>\n</body>\n</html>\n"

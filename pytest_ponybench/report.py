@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Sequence
 
 from . import stats
-from .html_report import build_html
+from .html_report import html_pieces
 from .markdown import build_markdown
 from .plots import PLOTS_NOT_ASKED, build_plots
+from .rundir import write_atomic
 
 
 def write_reports(run_dir, records: Sequence[dict], reference: str = "baseline",
@@ -21,9 +22,8 @@ def write_reports(run_dir, records: Sequence[dict], reference: str = "baseline",
     arm_stats = stats.arm_stats(records, reference=reference)
     confidence = arm_stats.settings["confidence"]
     markdown_path, html_path = run_dir / "summary.md", run_dir / "report.html"
-    markdown_path.write_text(build_markdown(run_dir, records, reference, arm_stats),
-                             encoding="utf-8")
+    write_atomic(markdown_path, build_markdown(run_dir, records, reference, arm_stats))
     images, plot_message = build_plots(records, reference, confidence) if plots else ([], PLOTS_NOT_ASKED)
-    html_path.write_text(build_html(run_dir, records, reference, arm_stats, images, plot_message),
-                         encoding="utf-8")
+    # In pieces: the cells' table of a 10,000-cell run is never one string in the controller.
+    write_atomic(html_path, html_pieces(run_dir, records, reference, arm_stats, images, plot_message))
     return [markdown_path, html_path]

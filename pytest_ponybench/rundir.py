@@ -37,6 +37,7 @@ import secrets
 import threading
 import time
 import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .spec import HARNESS_PREFIX
@@ -96,22 +97,38 @@ def _tmp_name(name: str) -> str:
     return f".{name}.{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(6)}.tmp"
 
 
-def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> None:
+def _chunks(pieces: Iterable[str | bytes], size: int = 1 << 16) -> Iterator[bytes]:
+    """`pieces` encoded and gathered into writes of about `size` bytes."""
+    held, length = [], 0
+    for piece in pieces:
+        data = piece.encode("utf-8") if isinstance(piece, str) else piece
+        held.append(data)
+        length += len(data)
+        if length >= size:
+            yield b"".join(held)
+            held, length = [], 0
+    if held:
+        yield b"".join(held)
+
+
+def write_atomic(path: Path, text: str | bytes | Iterable[str], mode: int = 0o644) -> None:
     """Write beside, then rename over: a reader (or a resume after a kill) sees the old file
     or the new one, never half of one. The temporary is created exclusively without following
     links (O_EXCL | O_NOFOLLOW) in a folder opened without following a link, and the rename
-    replaces a link at `path` instead of writing through it."""
+    replaces a link at `path` instead of writing through it. `text` may be pieces of text,
+    written as they come: a report of 10,000 cells is never one string in memory."""
     path = Path(path)
-    data = text.encode("utf-8") if isinstance(text, str) else text
+    pieces = [text] if isinstance(text, (str, bytes)) else text
     dfd = _parent_fd(path)
     try:
         tmp = _tmp_name(path.name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dfd)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                for chunk in _chunks(pieces):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
             os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
