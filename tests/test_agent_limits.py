@@ -11,6 +11,7 @@ passes.
 from __future__ import annotations
 
 import json
+import subprocess
 import os
 import sys
 import textwrap
@@ -216,3 +217,56 @@ def test_sizes_read_as_people_write_them():
     assert agent_memory("4G") == agent_memory("4GiB") == agent_memory("4gb") == 4 * 1024 ** 3
     assert agent_memory("512M") == agent_memory(str(512 * 1024 ** 2)) == 512 * 1024 ** 2
     assert agent.mib(4 * 1024 ** 3) == "4 GiB" and agent.mib(384 * 1024 ** 2) == "384 MiB"
+
+
+def group_dirs_of(supervisor: int) -> list[str]:
+    """The cgroup folders a supervisor made (named ponybench-<its pid>-...), still there."""
+    own = sandbox._own_cgroup_paths()
+    found = []
+    for controller in ("memory", "pids", ""):
+        if controller in own:
+            parent = os.path.join(sandbox.V1_ROOT, controller, own[controller].lstrip("/"))
+            try:
+                found += [os.path.join(parent, n) for n in os.listdir(parent) if n.startswith(f"ponybench-{supervisor}-")]
+            except OSError:
+                pass
+    return found
+
+
+def test_a_program_killed_at_its_deadline_takes_its_daemon_and_its_cgroup_with_it(tmp_path):
+    """The timeout path: the supervisor is stopped while the program hangs; its daemon (forked
+    twice, setsid) dies, the group is removed and what it met is still reported."""
+    needs_cgroups()
+    from pytest_ponybench import procs
+
+    mark = f"ponybench-deadline-{uuid.uuid4().hex[:8]}"
+    program = daemon(mark) + "\nimport time\ntime.sleep(120)\n"
+    child = procs.start([sys.executable, "-c", program], stdin=subprocess.DEVNULL,
+                        limits={"memory": 256 << 20, "pids": 64})
+    assert alive_with(mark, 10) != [], "the daemon never started"
+    assert procs.wait_or_kill(child, 1.0) is True
+    assert alive_with(mark) == []
+    assert child.limits is not None and child.limits["pids_max"] == 64 and not child.limits["memory"], child.limits
+    assert group_dirs_of(child.pid) == []
+
+
+def test_a_confined_cell_has_a_configuration_folder_of_its_own(tmp_path, monkeypatch):
+    """The flags: a tmpfs over the folder, the login read-only, the arm's plugin from the
+    plugin cache read-only, CLAUDE_CONFIG_DIR pointing there; a write the agent made there
+    vanished with the sandbox, so it is no escape."""
+    config = tmp_path / "home" / ".claude"
+    plugin = config / "plugins" / "cache" / "market" / "p" / "1.0"
+    plugin.mkdir(parents=True)
+    (config / ".credentials.json").write_text("{}")
+    (config / "settings.json").write_text("{}")
+    flags = agent.private_config(config, ["/usr/bin/claude", str(plugin)])
+    real = os.path.realpath(config)
+    assert flags[:5] == ["--tmpfs", real, "--setenv", "CLAUDE_CONFIG_DIR", real]
+    assert ["--ro-bind", f"{real}/.credentials.json", f"{real}/.credentials.json"] == flags[5:8]
+    assert ["--ro-bind", os.path.realpath(plugin), os.path.realpath(plugin)] == flags[8:11]
+    assert "settings.json" not in " ".join(flags) and len(flags) == 11
+    env = {"HOME": str(tmp_path / "home")}
+    assert agent.absorbed_by_confinement(str(config / "skills" / "x" / "SKILL.md"), tmp_path / "ws", env)
+    assert not agent.absorbed_by_confinement(str(tmp_path / "home" / "notes.txt"), tmp_path / "ws", env)
+    missing = agent.private_config(tmp_path / "nowhere", [])
+    assert missing[0] == "--dir" and missing[1].startswith(agent.private_tmp())
