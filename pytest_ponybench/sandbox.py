@@ -541,6 +541,15 @@ class CallCgroup:
         for d in self.dirs:
             _write(os.path.join(d, "cgroup.procs"), "0")
 
+    def leave(self) -> None:
+        """Move the calling process back to the groups it came from (the parents of this one);
+        where it cannot, it stays (kill_all spares the caller)."""
+        for d in self.dirs:
+            try:
+                _write(os.path.join(os.path.dirname(d), "cgroup.procs"), "0")
+            except OSError:
+                pass
+
     def hit(self) -> dict:
         """Which limits the call met: {"memory": bool, "pids": bool}."""
         if self.kind == "v1":
