@@ -231,15 +231,16 @@ def private_tmp() -> str:
     return _private_tmp[0]
 
 
-def confinement_line(box: Sandbox, wanted: bool) -> str:
-    """The one line a session prints about the agent's sandbox."""
+def confinement_line(box: Sandbox, wanted: bool, limits: str = "") -> str:
+    """The one line a session prints about the agent's sandbox; `limits`: limits_phrase()."""
+    end = f"; {limits}" if limits else ""
     if not wanted:
-        return f"ponybench: the agent runs unconfined (--ponybench-no-confine): {UNCONFINED_REACH}"
+        return f"ponybench: the agent runs unconfined (--ponybench-no-confine): {UNCONFINED_REACH}{end}"
     if not box.works:
-        return f"ponybench: the agent runs unconfined: {box.problem}; {UNCONFINED_REACH}"
+        return f"ponybench: the agent runs unconfined: {box.problem}; {UNCONFINED_REACH}{end}"
     who = f"as uid {SANDBOX_UID}, not root" if box.own_user else "as this user"
     return (f"ponybench: the agent runs confined (bubblewrap, {who}): only its workspace writable, the run "
-            f"directory and the run's key hidden, nothing it starts outlives it")
+            f"directory and the run's key hidden, a private CLI configuration, nothing it starts outlives it{end}")
 
 
 def hidden_paths(run_dir: Path, needed: list) -> list[Path]:
@@ -283,9 +284,7 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
         wrapped += ["--setenv", var, scratch]
     if home.is_dir() and home.resolve() != Path.home().resolve():
         wrapped += ["--bind", str(home), str(home)]  # a home made for the agent (a rehearsal's): all its own
-    for path in (config_dir, home / ".claude.json"):
-        if path.exists():
-            wrapped += ["--bind", str(path), str(path)]
+    wrapped += private_config(config_dir, [argv[0], *(needed or [])])
     ws = str(Path(workspace).resolve())
     # The harness's working folder (the project) counts as needed: a runs folder that holds
     # the project (--ponybench-dir=.) is the project, and only the run directory is hidden.
@@ -301,12 +300,55 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
     return wrapped + ["--chdir", ws, "--"] + argv
 
 
+# What the CLI needs of its configuration folder in a confined cell, bound in read-only: the
+# login of `claude` (an API key in the environment needs nothing). Everything else there (the
+# user's settings, plugins, skills, hooks, history) is kept out of every cell anyway by
+# --setting-sources project,local and --no-session-persistence.
+CONFIG_KEPT = (".credentials.json",)
+
+
+def private_config(config_dir: Path, needed: list) -> list[str]:
+    """bubblewrap flags that give a confined cell a configuration folder of its own: an empty
+    tmpfs over the CLI's folder (~/.claude or $CLAUDE_CONFIG_DIR), writable, gone with the cell;
+    the login bound back in read-only; what the cell needs from inside the folder (the CLI
+    itself, the arm's plugin from the plugin cache) bound back read-only at its own path; and
+    CLAUDE_CONFIG_DIR pointing there, so the CLI's global state (~/.claude.json otherwise, shared
+    by every cell) is written there too. What one cell's agent writes into its configuration
+    (a skill, a hook, settings) reaches no later cell.
+
+    A login token the CLI refreshes in a cell is not saved for the next (the file is
+    read-only in there); an API key in the environment has no such limit."""
+    config = os.path.realpath(config_dir)
+    if not os.path.isdir(config):  # no folder to lay the tmpfs over: one inside the private TMPDIR
+        fresh = os.path.join(private_tmp(), "claude-config")
+        return ["--dir", fresh, "--setenv", "CLAUDE_CONFIG_DIR", fresh]
+    flags = ["--tmpfs", config, "--setenv", "CLAUDE_CONFIG_DIR", config]
+    for name in CONFIG_KEPT:
+        path = os.path.join(config, name)
+        if os.path.isfile(path):
+            flags += ["--ro-bind", path, path]
+    for item in needed:
+        if not item:
+            continue
+        real = os.path.realpath(item)
+        if real.startswith(config + os.sep):
+            # The CLI's own install (~/.claude/local/...) needs its whole folder, not one file.
+            top = os.path.join(config, os.path.relpath(real, config).split(os.sep)[0])
+            path = top if os.path.isdir(top) and os.path.isfile(real) else real
+            if os.path.exists(path):
+                flags += ["--ro-bind", path, path]
+    return flags
+
+
 def absorbed_by_confinement(path: str, workspace: Path, env: dict[str, str]) -> bool:
-    """Did confine() send a write to this path into the sandbox's own temporary folder (its
-    TMPDIR, a tmpfs that vanished with it)? Everywhere else but the workspace and the CLI's
-    configuration the sandbox is read-only, so a write that succeeded there was real."""
+    """Did confine() send a write to this path into a folder of the sandbox's own that vanished
+    with it: its TMPDIR, or its private CLI configuration (both tmpfs)? Everywhere else but the
+    workspace the sandbox is read-only, so a write that succeeded there was real."""
     target = os.path.realpath(path)
-    return bool(_private_tmp) and (target == _private_tmp[0] or target.startswith(_private_tmp[0] + os.sep))
+    home = Path(env.get("HOME") or Path.home())
+    config = os.path.realpath(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
+    private = [*_private_tmp[:1], config]
+    return any(target == folder or target.startswith(folder + os.sep) for folder in private)
 
 
 def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:
@@ -337,6 +379,57 @@ class RunOutcome:
     exit_code: int | None
     timed_out: bool
     wall_s: float
+    # What the agent's cgroup met (procs.Child.limits): {"memory": bool, "pids": bool,
+    # "memory_bytes", "pids_max", "cgroup"}, {"error": why none was made}, or None (no cgroup).
+    limits: dict | None = None
+
+
+# --------------------------------------------------------------------------- memory and process limits
+
+MEMORY_DEFAULT = 4 * 1024 ** 3  # bytes the agent's processes may use together: the CLI, its hooks, npm, pytest
+PIDS_DEFAULT = 1024  # processes and threads the agent's tree may hold at once
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """The cgroup limits of one cell's agent (the CLI and everything it starts)."""
+
+    memory: int = MEMORY_DEFAULT
+    pids: int = PIDS_DEFAULT
+
+    def as_message(self) -> dict:
+        return {"memory": self.memory, "pids": self.pids}
+
+
+def mib(size: int) -> str:
+    """A byte count as people write it: '4 GiB', '256 MiB'."""
+    return f"{size / 1024 ** 3:g} GiB" if size % 1024 ** 3 == 0 else f"{size / 1024 ** 2:g} MiB"
+
+
+def limits_phrase(limits: AgentLimits, problem: str) -> str:
+    """What bounds the agent's processes on this machine, for the header line."""
+    if problem:
+        return f"no memory or process limits for the agent ({problem})"
+    return f"at most {mib(limits.memory)} of memory and {limits.pids} processes (a cgroup)"
+
+
+def limits_record(limits: AgentLimits, problem: str, kind: str) -> dict:
+    """run.json's `confinement.limits`: the agent's cgroup limits, or why there are none."""
+    if problem:
+        return {"memory_bytes": None, "pids_max": None, "cgroup": None, "why": problem}
+    return {"memory_bytes": limits.memory, "pids_max": limits.pids, "cgroup": kind, "why": ""}
+
+
+def limit_hit(said: dict | None) -> str:
+    """The one sentence of a cell whose agent ran into a limit of its cgroup ("" for none)."""
+    said = said or {}
+    hit = []
+    if said.get("memory"):
+        hit.append(f"its memory limit ({mib(int(said.get('memory_bytes') or 0))}, --ponybench-agent-memory): "
+                   f"the kernel killed a process for it")
+    if said.get("pids"):
+        hit.append(f"its limit of {said.get('pids_max')} processes (--ponybench-agent-pids): a fork was refused")
+    return f"the agent's process tree ran into {' and '.join(hit)}" if hit else ""
 
 
 TRANSCRIPT_ROOM = 1024 * 1024  # bytes kept allocated for the transcript while the CLI runs
@@ -359,7 +452,10 @@ def release_transcript(path: Path) -> None:
 
 
 def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
-        transcript: Path, stderr: Path) -> RunOutcome:
+        transcript: Path, stderr: Path, limits: AgentLimits | None = None) -> RunOutcome:
+    """Run the CLI in `workspace`, its output to `transcript` and `stderr`; with `limits`, in
+    a cgroup of its own where the machine has one (procs.start): everything the CLI started is
+    killed with it at its end, its timeout or an interrupt, whoever its parent then was."""
     from .rundir import keep_room
 
     start = time.monotonic()
@@ -368,11 +464,11 @@ def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
         # disk still leaves its CLI room for the result line, and so the harness its cost.
         keep_room(out.fileno(), TRANSCRIPT_ROOM)
         proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                           max_file_size=FILE_SIZE_LIMIT)
+                           max_file_size=FILE_SIZE_LIMIT, limits=limits.as_message() if limits else None)
         timed_out = procs.wait_or_kill(proc, timeout)
         if timed_out:
             err.write(f"\n[ponybench: killed with its process tree after {timeout:g} s]\n".encode())
-    return RunOutcome(None if timed_out else proc.returncode, timed_out, time.monotonic() - start)
+    return RunOutcome(None if timed_out else proc.returncode, timed_out, time.monotonic() - start, proc.limits)
 
 
 @dataclass
@@ -598,7 +694,11 @@ def judge(outcome: RunOutcome, t: Transcript, stderr: Path, timeout: float) -> t
 
     An API that failed (after the CLI's own retries, or while the CLI was still retrying when
     the cell timed out, or a stream that ended mid-message) is `infra_error`: the session says
-    nothing about the agent or its arm."""
+    nothing about the agent or its arm. An agent that ran into a limit of its cgroup failed on
+    its own (`cli_error`, the limit named), whatever its CLI printed after."""
+    hit = limit_hit(outcome.limits)
+    if hit:
+        return records.CLI_ERROR, hit
     if outcome.timed_out:
         if t.api_retries and not t.answered:
             return records.INFRA_ERROR, (

@@ -64,6 +64,8 @@ class CellContext:
     # stops there was cut by the run's budget (budget_cut), not by a cap the arm ran under.
     run_cut: bool = False
     confine: bool = False  # run the agent under bubblewrap (agent.confine): only its workspace writable
+    # The agent's cgroup (memory, processes), where the machine has cgroups; None: no cgroup.
+    agent_limits: agent.AgentLimits | None = agent.AgentLimits()
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
     retries: int = 2  # runs again of a cell that ended as infra_error
     max_cost: float | None = None  # the run's budget: no retry starts once it is spent
@@ -247,7 +249,8 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
         argv = agent.confine(argv, ws, env, run_dir=ctx.run_dir.path, needed=[plugin_dir])
     watch = workspace.watch_beside(ctx.run_dir.path)
     try:
-        outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
+        outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR,
+                            limits=ctx.agent_limits)
     finally:
         changed_beside = watch.changed()  # also closes the watch when the run raised
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
@@ -272,6 +275,7 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     ran = {"status": status, "error": error, "rehearsal": ctx.rehearsal,
            "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
            "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
+           "limits": outcome.limits,  # what the agent's cgroup met; None: it ran without one
            "plugin_dir": plugin_dir, "argv": argv, "cost_usd": cost,
            "api_error_status": agent.api_error_status(transcript),
            "rate_limited": agent.saw_rate_limit(transcript)}

@@ -309,7 +309,8 @@ class Controller:
         # Where the agent ran, and what the checks of this run ran in (sandbox.py) with what
         # this machine lacked: kept with the run, never compared on resume (a host may differ).
         options[CONFINEMENT] = {"confined": confined, "why": "" if confined else (
-            "--ponybench-no-confine" if box is None else box.problem)}
+            "--ponybench-no-confine" if box is None else box.problem),
+            "limits": agent.limits_record(state.agent_limits(), sandbox.support().cgroup, sandbox.support().cgroup_kind)}
         state.run_dir.write_options({**options, "sandbox": sandbox.support().as_record()})
 
     def settled_confinement(self) -> bool:
@@ -319,8 +320,9 @@ class Controller:
             confined = self.state.confined()
         except agent.CliMissing as exc:
             raise pytest.UsageError(str(exc)) from None
+        limits = agent.limits_phrase(self.state.agent_limits(), sandbox.support().cgroup)
         self.confinement_line = agent.confinement_line(agent.sandbox() if self.state.settings.confine is not False
-                                                       else None, self.state.settings.confine is not False)
+                                                       else None, self.state.settings.confine is not False, limits)
         return confined
 
     def pytest_report_header(self, config):

@@ -83,6 +83,32 @@ def confine_mode(value: str) -> bool | None:
     raise argparse.ArgumentTypeError(f"'{value}' is not auto, true or false")
 
 
+SIZE_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4}
+MIN_AGENT_MEMORY = 64 * 1024 ** 2  # below this not even the CLI starts
+MIN_AGENT_PIDS = 16
+
+
+def agent_memory(value: str) -> int:
+    """Bytes the agent's processes may use together: a number with an optional K, M, G or T
+    (powers of 1024, an ending 'B' or 'iB' allowed): 4G, 512MiB, 1073741824."""
+    text = value.strip().lower().removesuffix("ib").removesuffix("b").strip()
+    unit = text[-1:] if text[-1:] in SIZE_UNITS and text[-1:] else ""
+    number = parse_number(text[: len(text) - len(unit)].strip(), float, "a size such as 4G, 512M or a number of bytes")
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"'{value}' is not a size such as 4G, 512M or a number of bytes")
+    size = int(number * SIZE_UNITS[unit])
+    if size < MIN_AGENT_MEMORY:
+        raise argparse.ArgumentTypeError(f"must be at least 64M (the CLI alone needs more), got {value}")
+    return size
+
+
+def agent_pids(value: str) -> int:
+    number = parse_number(value, int, "a whole number of processes")
+    if number < MIN_AGENT_PIDS:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_AGENT_PIDS} (the CLI alone starts several), got {number}")
+    return number
+
+
 def rehearsal_fault(value: str):
     from .rehearsal import parse_fault
 
@@ -134,6 +160,10 @@ INI = {
                                                "replace, add or off"),
     "ponybench_confine": ("string", "auto", "run the agent under bubblewrap: auto (where it works, else one line "
                                            "saying why not), true (fail where it does not) or false"),
+    "ponybench_agent_memory": ("string", "4G", "memory one cell's agent (the CLI and all it starts) may use together, "
+                                               "in a cgroup of its own where the machine has cgroups"),
+    "ponybench_agent_pids": ("string", "1024", "processes and threads one cell's agent may hold at once, in the same "
+                                               "cgroup"),
     "ponybench_retries": ("string", "2", "times a cell that ended as an infra error (the model API failed) runs again"),
     "ponybench_retry_wait": ("string", "10", "seconds before the first retry of an infra error (doubling each time); "
                                              "also how long a 429 pauses every worker's next cell"),
@@ -214,6 +244,13 @@ def add_safety_options(group) -> None:
                          "confined where bubblewrap works]")
     group.addoption("--ponybench-no-confine", action="store_const", const=False, dest="ponybench_confine",
                     help="run the agent unconfined, as this user [ini ponybench_confine = false]")
+    group.addoption("--ponybench-agent-memory", type=agent_memory, default=None, metavar="SIZE",
+                    help="memory one cell's agent (the CLI and all it starts) may use together, e.g. 4G or 512M; "
+                         "past it the kernel kills a process and the cell fails, naming the limit "
+                         "[ini ponybench_agent_memory, default 4G]")
+    group.addoption("--ponybench-agent-pids", type=agent_pids, default=None, metavar="N",
+                    help="processes and threads one cell's agent may hold at once; past it a fork is refused and "
+                         "the cell fails, naming the limit [ini ponybench_agent_pids, default 1024]")
 
 
 def add_storage_options(group) -> None:
@@ -284,6 +321,8 @@ class Settings:
     fixtures_dir: Path
     library: str = "replace"  # --ponybench-library (library.py)
     plugins: tuple[Path, ...] = ()  # --ponybench-plugin folders (plugin_arm.py)
+    agent_memory: int = 4 * 1024 ** 3  # --ponybench-agent-memory: bytes of the agent's cgroup
+    agent_pids: int = 1024  # --ponybench-agent-pids: processes of the agent's cgroup
 
 
 def default_at_once(rescoring: bool) -> int:
@@ -372,4 +411,6 @@ def settings(config) -> Settings:
         fixtures_dir=(root / config.getini("ponybench_fixtures")).resolve(),
         library=opt.ponybench_library or _ini_parsed(config, "ponybench_library", library_mode),
         plugins=tuple(dict.fromkeys(opt.ponybench_plugin or ())),
+        agent_memory=opt.ponybench_agent_memory or _ini_parsed(config, "ponybench_agent_memory", agent_memory),
+        agent_pids=opt.ponybench_agent_pids or _ini_parsed(config, "ponybench_agent_pids", agent_pids),
     )

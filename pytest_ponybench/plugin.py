@@ -136,11 +136,18 @@ class PonybenchState:
             raise agent.CliMissing(f"--ponybench-confine: {box.problem}")
         return box.works
 
+    def agent_limits(self):
+        """The cgroup limits of each cell's agent (agent.AgentLimits)."""
+        from . import agent
+
+        return agent.AgentLimits(memory=self.settings.agent_memory, pids=self.settings.agent_pids)
+
     def cell_context(self, hook) -> CellContext:
         budget, run_cut = self.cell_caps()
         return CellContext(run_dir=self.run_dir, claude=self.claude, timeout=self.settings.timeout,
                            arms_dir=self.settings.arms_dir, hook=hook, rehearsal=self.settings.rehearse,
                            max_budget_usd=budget, run_cut=run_cut, confine=self.confined(),
+                           agent_limits=self.agent_limits(),
                            exclusive=not self.is_worker and self.settings.at_once == 1,
                            retries=self.settings.retries, retry_wait=self.settings.retry_wait,
                            max_cost=self.settings.max_cost, spent=self.spent)

@@ -148,6 +148,15 @@ class Child:
         with _lock:  # its tree is gone: swept by the supervisor, or by the server after it
             _live.discard(self)
 
+    @property
+    def limits(self) -> dict | None:
+        """A program started with `limits`: {"memory": bool, "pids": bool (which limit its group
+        met), "memory_bytes", "pids_max", "cgroup": "v1"|"v2", "memory_peak_bytes": the most
+        its processes used at once (None if unknown)}, or {"error": why no group
+        could be made}; None when it ran without a group (or was killed before saying)."""
+        said = [r["limits"] for r in self.results if isinstance(r.get("limits"), dict)]
+        return said[0] if said else None
+
     def poll(self) -> int | None:
         """The exit code, or None while it runs (or while another thread is waiting on it)."""
         if not self._waiting.acquire(blocking=False):
@@ -302,7 +311,8 @@ def _spawn(message: dict, stdin=None, stdout=None, stderr=None, text: bool = Fal
 
 
 def start(argv: list[str], env: dict[str, str] | None = None, max_file_size: int | None = None,
-          cwd=None, stdin=None, stdout=None, stderr=None, text: bool = False, pid_namespace: bool = False) -> Child:
+          cwd=None, stdin=None, stdout=None, stderr=None, text: bool = False, pid_namespace: bool = False,
+          limits: dict | None = None) -> Child:
     """Start `argv` under a supervisor in a new session. `env` is the program's environment
     (default: this process's); `max_file_size` caps every file it (and all it starts)
     writes, its output files included. The streams take what `subprocess.Popen` takes:
@@ -311,10 +321,16 @@ def start(argv: list[str], env: dict[str, str] | None = None, max_file_size: int
     `pid_namespace`: where the sandbox has namespaces (sandbox.support()), the program runs
     in a PID namespace of its own under a tiny init, so that when it ends (or the supervisor
     is stopped, or dies) everything it started dies with the namespace, a process that keeps
-    forking and calling setsid included. Elsewhere it runs as without."""
+    forking and calling setsid included. Elsewhere it runs as without.
+
+    `limits` ({"memory": bytes, "pids": processes}): where the machine has cgroups
+    (sandbox.support()), the program and all it starts run in a cgroup of their own with those
+    limits; when it ends (or is stopped) everything still in the group is killed and the group
+    removed. The supervisor says what the group met on the status pipe, read as
+    `Child.limits`; elsewhere the program runs without, and `Child.limits` is None."""
     message = {"op": "exec", "argv": [str(a) for a in argv], "env": environ_snapshot() if env is None else dict(env),
                "cwd": str(os.getcwd() if cwd is None else cwd), "max_file_size": max_file_size,
-               "pid_namespace": bool(pid_namespace)}
+               "pid_namespace": bool(pid_namespace), "limits": dict(limits) if limits else None}
     return _spawn(message, stdin, stdout, stderr, text)
 
 
@@ -547,20 +563,71 @@ def _limits(max_file_size: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _run_program(message: dict, fds: list[int]) -> int:
-    """Start the program (subprocess uses vfork: cheaper than a fork of this Python) and
-    wait for it; its exit code, 128 + N for a death by signal N."""
+_program_group: list = []  # in a supervisor: the cgroup of its program, until it is emptied
+
+
+def _program_cgroup(message: dict, status: int):
+    """The cgroup a program started with `limits` runs in (made by its supervisor, named by
+    the supervisor's pid so the server can remove it if the supervisor dies), or None: no
+    limits asked for, none on this machine (said once per run by the harness), or one that
+    could not be made here (said on the status pipe)."""
+    limits = message.get("limits")
+    if not limits or sandbox.support().cgroup:
+        return None
+    try:
+        group = sandbox.CallCgroup.create("program", memory=int(limits["memory"]), pids=int(limits["pids"]))
+    except OSError as exc:
+        group, why = None, f"cgroup: {exc.strerror or exc}"
+    else:
+        why = "no cgroup hierarchy with memory and pids controllers this process may use"
+    if group is None:
+        os.write(status, (json.dumps({"limits": {"error": why}}) + "\n").encode())
+        return None
+    _program_group.append(group)
+    return group
+
+
+def _end_program_cgroup(status: int) -> None:
+    """Kill whatever is left in the program's cgroup, say which limits it met, remove it."""
+    while _program_group:
+        group = _program_group[0]  # left in the list until done: a SIGTERM meanwhile does it all again
+        group.kill_all()
+        said = {**group.hit(), "memory_bytes": group.memory, "pids_max": group.pids, "cgroup": group.kind,
+                "memory_peak_bytes": group.peak()}
+        group.remove()
+        os.write(status, (json.dumps({"limits": said}) + "\n").encode())
+        _program_group.pop(0)
+
+
+def _run_program(message: dict, fds: list[int], group=None) -> int:
+    """Start the program (subprocess uses vfork: cheaper than a fork of this Python; a fork
+    when it must join `group` first) and wait for it; its exit code, 128 + N for a death by
+    signal N."""
     argv = message["argv"]
     # Set here, inherited by the program: the supervisor itself writes only to a pipe.
     _limits(message.get("max_file_size"))
     if message.get("pid_namespace") and not sandbox.support().namespaces:
-        return _run_program_in_namespace(message, fds)
+        return _run_program_in_namespace(message, fds, group)
     try:
         # restore_signals: the program gets the default actions Python set aside for itself
         # (SIGPIPE, SIGXFSZ: a write past the file-size cap kills it, as in a shell); the
-        # handlers this supervisor installed are reset by exec.
-        child = subprocess.Popen(argv, cwd=message.get("cwd"), env=message["env"], stdin=fds[0],
-                                 stdout=fds[1], stderr=fds[2], close_fds=True, restore_signals=True)
+        # handlers this supervisor installed are reset by exec. The supervisor is in the
+        # program's cgroup while it starts it, so the program is born there (nothing it starts
+        # is ever outside it) and the start stays a vfork: joining in the child (preexec_fn)
+        # forces a fork of this Python, about 30 ms a cell on a loaded machine.
+        if group is not None:
+            try:
+                group.join()
+            except OSError:  # the group cannot be entered: the program runs without it
+                _program_group.clear()
+                group.remove()
+                group = None
+        try:
+            child = subprocess.Popen(argv, cwd=message.get("cwd"), env=message["env"], stdin=fds[0],
+                                     stdout=fds[1], stderr=fds[2], close_fds=True, restore_signals=True)
+        finally:
+            if group is not None:
+                group.leave()
     except OSError as exc:
         os.write(fds[2], f"ponybench: cannot start {argv[0]}: {exc.strerror}\n".encode())
         return 127
@@ -571,7 +638,7 @@ def _run_program(message: dict, fds: list[int]) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _run_program_in_namespace(message: dict, fds: list[int]) -> int:
+def _run_program_in_namespace(message: dict, fds: list[int], group=None) -> int:
     """`_run_program` with the program under an init in a PID namespace of its own: the init
     forks and execs it, reaps, and exits with its code; the kernel then kills the rest."""
     argv = message["argv"]
@@ -580,6 +647,8 @@ def _run_program_in_namespace(message: dict, fds: list[int]) -> int:
         try:
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             _name("pony-init")
+            if group is not None:
+                group.join()
             child = os.fork()
             if child == 0:
                 try:
@@ -818,16 +887,18 @@ def _supervisor(message: dict, fds: list[int], server: int) -> None:
 
         def stop(signum, frame):
             sweep()
+            _end_program_cgroup(status)
             os.write(status, f"{128 + signum}\n".encode())
             os._exit(128 + signum)
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, stop)
         if message["op"] == "exec":
-            code = _run_program(message, fds)
+            code = _run_program(message, fds, _program_cgroup(message, status))
         else:  # "calls": a cell's checks, each forked from here with the warm modules
             code = _run_calls(message, fds, status)
         sweep()  # what the program left behind: forked servers, setsid escapees
+        _end_program_cgroup(status)  # and anything else still in its cgroup
         os.write(status, f"{code}\n".encode())
         os._exit(0)
     except BaseException:

@@ -35,6 +35,7 @@ import signal
 import sys
 import sysconfig
 import tempfile
+import time
 from dataclasses import dataclass
 
 # A fixed uid and gid for untrusted code: high, outside the ranges distributions hand out to
@@ -115,7 +116,7 @@ def support() -> Support:
 
 def _detect() -> Support:
     if os.environ.get(FORCE_OFF_ENV) == "1":
-        return Support(namespaces=f"${FORCE_OFF_ENV}=1", user=f"${FORCE_OFF_ENV}=1", overlay="off", cgroup="off")
+        return Support(namespaces=f"${FORCE_OFF_ENV}=1", user=f"${FORCE_OFF_ENV}=1", overlay="off", cgroup=f"${FORCE_OFF_ENV}=1")
     if not sys.platform.startswith("linux"):
         why = f"{sys.platform} is not Linux"
         return Support(why, why, why, why)
@@ -483,33 +484,37 @@ class CallCgroup:
 
     kind: str  # "v1" or "v2"
     dirs: list[str]  # v1: the memory and the pids group; v2: the one group
+    memory: int = MEMORY_LIMIT  # bytes its processes may use together
+    pids: int = PIDS_LIMIT  # processes (threads included) it may hold at once
 
     @classmethod
-    def create(cls, tag: str) -> "CallCgroup | None":
+    def create(cls, tag: str, memory: int = MEMORY_LIMIT, pids: int = PIDS_LIMIT) -> "CallCgroup | None":
         """A new group below this process's own (so the machine's own accounting still holds
-        it), with the limits set; None where no usable hierarchy exists. Raises OSError when
-        one exists but cannot be written (not root, read-only in a container)."""
+        it), with the limits set (a check call's by default; a cell's agent passes its own);
+        None where no usable hierarchy exists. Raises OSError when one exists but cannot be
+        written (not root, read-only in a container)."""
         own = _own_cgroup_paths()
         name = f"ponybench-{os.getpid()}-{tag}-{secrets.token_hex(3)}"
-        memory, pids = os.path.join(V1_ROOT, "memory"), os.path.join(V1_ROOT, "pids")
-        if "memory" in own and "pids" in own and os.path.isdir(memory) and os.path.isdir(pids):
-            dirs = [os.path.join(memory, own["memory"].lstrip("/"), name), os.path.join(pids, own["pids"].lstrip("/"), name)]
+        memory_root, pids_root = os.path.join(V1_ROOT, "memory"), os.path.join(V1_ROOT, "pids")
+        if "memory" in own and "pids" in own and os.path.isdir(memory_root) and os.path.isdir(pids_root):
+            dirs = [os.path.join(memory_root, own["memory"].lstrip("/"), name),
+                    os.path.join(pids_root, own["pids"].lstrip("/"), name)]
             made = []
             try:
                 for d in dirs:
                     os.mkdir(d)
                     made.append(d)
-                _write(os.path.join(dirs[0], "memory.limit_in_bytes"), str(MEMORY_LIMIT))
+                _write(os.path.join(dirs[0], "memory.limit_in_bytes"), str(memory))
                 try:  # swap counts too where the kernel accounts it
-                    _write(os.path.join(dirs[0], "memory.memsw.limit_in_bytes"), str(MEMORY_LIMIT))
+                    _write(os.path.join(dirs[0], "memory.memsw.limit_in_bytes"), str(memory))
                 except OSError:
                     pass
-                _write(os.path.join(dirs[1], "pids.max"), str(PIDS_LIMIT))
+                _write(os.path.join(dirs[1], "pids.max"), str(pids))
             except OSError:
                 for d in reversed(made):
                     _rmdir(d)
                 raise
-            return cls("v1", dirs)
+            return cls("v1", dirs, memory, pids)
         if "" in own and os.path.isfile(os.path.join(V1_ROOT, "cgroup.controllers")):
             parent = os.path.join(V1_ROOT, own[""].lstrip("/"))
             try:
@@ -522,19 +527,28 @@ class CallCgroup:
             group = os.path.join(parent, name)
             os.mkdir(group)
             try:
-                _write(os.path.join(group, "memory.max"), str(MEMORY_LIMIT))
+                _write(os.path.join(group, "memory.max"), str(memory))
                 _write(os.path.join(group, "memory.swap.max"), "0")
-                _write(os.path.join(group, "pids.max"), str(PIDS_LIMIT))
+                _write(os.path.join(group, "pids.max"), str(pids))
             except OSError:
                 _rmdir(group)
                 raise
-            return cls("v2", [group])
+            return cls("v2", [group], memory, pids)
         return None
 
     def join(self) -> None:
         """Move the calling process into the group (its children follow)."""
         for d in self.dirs:
             _write(os.path.join(d, "cgroup.procs"), "0")
+
+    def leave(self) -> None:
+        """Move the calling process back to the groups it came from (the parents of this one);
+        where it cannot, it stays (kill_all spares the caller)."""
+        for d in self.dirs:
+            try:
+                _write(os.path.join(os.path.dirname(d), "cgroup.procs"), "0")
+            except OSError:
+                pass
 
     def hit(self) -> dict:
         """Which limits the call met: {"memory": bool, "pids": bool}."""
@@ -545,6 +559,38 @@ class CallCgroup:
             return {"memory": bool(oom), "pids": bool(_field(os.path.join(self.dirs[1], "pids.events"), "max"))}
         return {"memory": bool(_field(os.path.join(self.dirs[0], "memory.events"), "oom_kill")),
                 "pids": bool(_field(os.path.join(self.dirs[0], "pids.events"), "max"))}
+
+    def peak(self) -> int | None:
+        """The most memory the group's processes used at once, in bytes (None if unknown)."""
+        name = "memory.max_usage_in_bytes" if self.kind == "v1" else "memory.peak"
+        return _number(os.path.join(self.dirs[0], name))
+
+    def members(self) -> set[int]:
+        """The processes in the group now (every thread group, whatever its session or parent)."""
+        found: set[int] = set()
+        for d in self.dirs:
+            try:
+                with open(os.path.join(d, "cgroup.procs"), encoding="ascii") as fh:
+                    found.update(int(line) for line in fh if line.strip().isdigit())
+            except OSError:
+                pass
+        return found
+
+    def kill_all(self) -> None:
+        """SIGKILL everything in the group until it is empty. A process that escaped every
+        parent (a daemon that forked twice and called setsid) is still in its group, and one
+        forked while the list was read is there in the next round; a parent with a SIGKILL
+        pending can fork no more, so the rounds end."""
+        for _ in range(200):
+            found = self.members() - {os.getpid()}
+            if not found:
+                return
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.01)  # only when something was left: let the kills land
 
     def remove(self) -> None:
         for d in reversed(self.dirs):

@@ -1026,13 +1026,12 @@ def var_tmp_project():
         subprocess.run(["rm", "-rf", str(root)], timeout=60)
 
 
-@pytest.mark.xfail(strict=True, reason="the CLI's configuration folder (~/.claude) is bound writable even under "
-                                       "--ponybench-confine: a skill planted there reaches every later cell")
 def test_a_confined_agent_cannot_plant_a_skill_in_the_cli_config_for_later_cells(var_tmp_project):
     """Attack: confined by bubblewrap, the agent of cell 0 writes a skill into the CLI's own
-    configuration folder (~/.claude/skills/, which the sandbox binds writable so the CLI can
-    keep its state). Every later cell's CLI, of any arm, loads it. Here cell 1's stand-in looks
-    for it and says so in its workspace. Promise: no cell reaches a later one."""
+    configuration folder (~/.claude/skills/, writable in the sandbox so the CLI can keep its
+    state). Were the folder shared, every later cell's CLI, of any arm, would load it. Here cell
+    1's stand-in looks for it and says so in its workspace. Promise: no cell reaches a later
+    one (each confined cell has a configuration of its own, gone with it)."""
     if shutil_which("bwrap") is None:
         pytest.skip("bubblewrap is not installed: apt-get install bubblewrap")
     root = write_project(var_tmp_project / "project", {"add": ADD_TASK})
@@ -1052,11 +1051,15 @@ def test_a_confined_agent_cannot_plant_a_skill_in_the_cli_config_for_later_cells
             Path("saw-the-planted-skill.txt").write_text("a skill of cell 0 reached cell 1")
         """)
     env = {**fake_env(root, write=GOOD_ADD), "HOME": str(home)}
+    (root / "fake.json").write_text(json.dumps({"write": GOOD_ADD}))  # no call log: it would lie outside
     done = session(root, hostile_cli(var_tmp_project, before={CELL(0): plant, CELL(1): look}), "--runs=2",
                    "--ponybench-confine", env=env)
     run_dir = only_run_dir(root)
     assert (run_dir / CELL(1)).is_dir(), done.stdout[-3000:]
+    records = by_cell(results(run_dir))
+    assert records[CELL(0)]["status"] == "finished", (records[CELL(0)]["error"], done.stdout[-3000:])  # planted: no error
     assert not (run_dir / CELL(1) / "saw-the-planted-skill.txt").exists()
+    assert not (home / ".claude" / "skills").exists(), "the skill reached the host's configuration folder"
 
 
 def shutil_which(name: str):
