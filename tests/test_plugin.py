@@ -403,6 +403,20 @@ def test_a_broken_instrument_refuses_to_spend(project, pytester, workers):
     assert pp.run_dirs(root) == []
 
 
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_the_gate_proves_the_tasks_of_the_paths_given_and_no_other(project, pytester, workers):
+    """A session given one task file collects that file alone: a broken instrument of another
+    task spends no proof and stops nothing; given the folder, the same broken task refuses."""
+    root = project(tasks={"add": BROKEN_REF, "mul": pp.MUL_TASK}, write=pp.GOOD_WRITES)
+    run = (lambda *a: pytester.runpytest_subprocess(*a)) if workers != "0" else pytester.runpytest
+    result = run(*pp.bench_args(root, "-n", workers), str(root / "tasks" / "mul.yaml"))
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    assert {r["task"] for r in pp.results(pp.only_run_dir(root))} == {"mul"}
+    result = run(*pp.bench_args(root, "-n", workers), str(root / "tasks"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "add.yaml: the bad reference passes the correct check" in result.stderr.str()
+
 # A stand-in that makes two cells overlap for sure: the "escaper" arm's agent writes beside its
 # workspace only once the "innocent" arm's agent has started, and the innocent one finishes only
 # after that write. Synchronised through files outside the run directory; bounded waits.
