@@ -120,8 +120,8 @@ def project(pytester, monkeypatch, keep_sigterm):
     environment at the fake CLI.
 
     In these in-process runs the gate's process-tree-kill proof is replaced by a no-op: it
-    sleeps a fixed second per run, it is tested in test_agent.py, and the module's main runs
-    (subprocesses) keep the real one."""
+    starts two interpreters per run, it is tested in test_proof_cache.py, and the module's
+    main runs (subprocesses) keep the real one."""
     monkeypatch.setattr(instruments, "prove_tree_kill", lambda: None)
 
     def make(tasks=None, arms=None, ini=None, **fake):
