@@ -67,7 +67,7 @@ def prove_tree_kill() -> str | None:
     session once), and the kill is proven on a tree that surely has its grandchild, however
     slow the machine is to start one."""
     spawn = ("import subprocess, sys, time; "
-             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], stdout=subprocess.DEVNULL); "
              "print('grandchild running', flush=True); time.sleep(60)")
     proc = procs.start([sys.executable, "-c", spawn], stdin=subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
