@@ -4,12 +4,22 @@ memory of that process): starting pytest with the plugin, the gate cold and warm
 cache), writing the reports for N records, and the peak of a process that only gathers
 records. Prints figures; asserts nothing.
 
-    python bench/fixed_costs.py [--records 1040] [--root CHECKOUT]
+The cold gate is mostly CPU of processes the harness starts (fork server, check processes,
+the hosts that run the agent's code, programs the checks start), which a busy machine
+stretches in wall time: compare CPU. `--by-process` (root only) runs the cold gate under
+the kernel's process accounting (acct(2)) and splits its CPU by kind of process, with how
+many of each ran; `--repeat N` measures the cold gate N times.
+
+    python bench/fixed_costs.py [--records 1040] [--root CHECKOUT] [--repeat N] [--by-process]
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import ctypes
 import json
+import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -36,7 +46,8 @@ GATE = '''
 from pathlib import Path
 from pytest_ponybench import instruments, procs
 from pytest_ponybench.spec import load_task
-tasks = [load_task(p, Path({root!r}) / "fixtures") for p in sorted(Path({root!r}, "tasks").glob("*.yaml"))]
+tasks = [load_task(p, Path({root!r}) / "fixtures") for p in sorted(Path({root!r}, "tasks").glob("*.yaml"))
+         if not {names!r} or p.stem in {names!r}]
 try:
     broken = instruments.prove_all(tasks, "bench", {cache!r})
 except TypeError:  # a checkout without the proof cache
@@ -64,12 +75,68 @@ every = session.all_records()
 FINISH = 'session.finish({"haiku": "claude-haiku-4-5"}, "bench", rehearsal=True, reference="baseline", plots=False)\n'
 
 
-def measure(root: Path, body: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", MEASURE.format(root=str(root), body=textwrap.indent(body, ""))],
-                          capture_output=True, text=True, cwd=root)
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def measure(root: Path, body: str, accounting: Path | None = None) -> dict:
+    """The figures of `body` run in a fresh child; with `accounting` (a file), the CPU of
+    every process of the child's tree by kind, from the kernel's process accounting."""
+    argv = [sys.executable, "-c", MEASURE.format(root=str(root), body=textwrap.indent(body, ""))]
+    if accounting is not None:
+        accounting.write_bytes(b"")
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.acct(str(accounting).encode()) != 0:
+            return {"error": f"process accounting: {os.strerror(ctypes.get_errno())} (root only)"}
+    try:
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+        out, err = child.communicate()
+    finally:
+        if accounting is not None:
+            libc.acct(None)
+    if child.returncode != 0:
+        return {"error": err.strip().splitlines()[-1] if err.strip() else f"exit {child.returncode}"}
+    figures = json.loads(out.strip().splitlines()[-1])
+    if accounting is not None:
+        figures["kinds"] = by_kind(accounting.read_bytes(), child.pid)
+    return figures
+
+
+# struct acct_v3 (linux/acct.h): flag, version, tty, exitcode, uid, gid, pid, ppid, btime,
+# etime (float), utime, stime and six more comp_t, comm[16]
+ACCT_V3 = struct.Struct("<BBHIIIIIIf8H16s")
+AFORK = 0x01  # forked, never exec'd
+
+
+def comp_t(value: int) -> float:
+    """A comp_t (13-bit mantissa, 3-bit base-8 exponent) of 1/100 s ticks, in seconds."""
+    return ((value & 0x1FFF) << (3 * (value >> 13))) / 100
+
+
+def by_kind(data: bytes, root: int) -> dict:
+    """{kind: [processes, CPU seconds]} over the processes under `root`. Kinds are the names
+    the harness gives its processes (pony-server, pony-supervisor, pony-init, pony-check); a
+    process a check forks without exec is the host of the agent's code (remote.py); the
+    others are named by their program (python3, node, git: what checks start). Each process's
+    CPU is rounded down to 10 ms by the kernel."""
+    records = {}
+    for offset in range(0, len(data) - ACCT_V3.size + 1, ACCT_V3.size):
+        f = ACCT_V3.unpack_from(data, offset)
+        records[f[6]] = {"ppid": f[7], "flag": f[0], "comm": f[18].split(b"\0")[0].decode(errors="replace"),
+                         "cpu": comp_t(f[10]) + comp_t(f[11])}
+    children = collections.defaultdict(list)
+    for pid, r in records.items():
+        children[r["ppid"]].append(pid)
+    kinds: dict = collections.defaultdict(lambda: [0, 0.0])
+    stack = [root]
+    while stack:
+        for pid in children.get(stack.pop(), []):
+            stack.append(pid)
+            r, parent = records[pid], records.get(records[pid]["ppid"], {})
+            kind = r["comm"]
+            if kind == "pony-check" and parent.get("comm") == "pony-check" and r["flag"] & AFORK:
+                kind = "host of the agent's code"
+            elif kind == "pony-check":
+                kind = "check process"
+            kinds[kind][0] += 1
+            kinds[kind][1] += r["cpu"]
+    return dict(kinds)
 
 
 def show(name: str, f: dict) -> None:
@@ -78,20 +145,32 @@ def show(name: str, f: dict) -> None:
         return
     print(f"{name:34} wall {f['wall']:6.2f} s  CPU {f['cpu']:5.2f} s (+{f['children_cpu']:5.2f} s children)"
           f"  peak {f['peak_mb']:5.0f} MB")
+    for kind, (count, cpu) in sorted(f.get("kinds", {}).items(), key=lambda kv: -kv[1][1]):
+        print(f"    {kind:30} {count:4d} processes  CPU {cpu:6.2f} s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1040)
     parser.add_argument("--root", type=Path, default=HERE)
+    parser.add_argument("--tasks", default="",
+                        help="comma-separated shipped task names: the gate of a session given those task files only")
+    parser.add_argument("--repeat", type=int, default=1, help="measure the cold gate this many times")
+    parser.add_argument("--by-process", action="store_true",
+                        help="split the cold gate's CPU by kind of process (process accounting: root only)")
     args = parser.parse_args()
     root = args.root.resolve()
-    print(f"plugin at {root}")
+    print(f"plugin at {root}; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
     show("import pytest + plugin (a worker)", measure(root, STARTUP))
     with tempfile.TemporaryDirectory(prefix="ponybench-fixed-") as tmp:
+        accounting = Path(tmp) / "pacct" if args.by_process else None
+        names = [n for n in args.tasks.split(",") if n]
+        what = f"tasks {','.join(names)}" if names else "shipped tasks"
+        for _ in range(args.repeat):
+            show(f"gate, {what}, cold", measure(root, GATE.format(root=str(root), cache=None, names=names), accounting))
         cache = str(Path(tmp) / "cache")
-        show("gate, shipped tasks, cold", measure(root, GATE.format(root=str(root), cache=cache)))
-        show("gate, shipped tasks, warm cache", measure(root, GATE.format(root=str(root), cache=cache)))
+        measure(root, GATE.format(root=str(root), cache=cache, names=names))  # fills the cache
+        show(f"gate, {what}, warm cache", measure(root, GATE.format(root=str(root), cache=cache, names=names)))
         run_dir = Path(tmp) / "run"
         run_dir.mkdir()
         tasks, arms = [f"task{i}" for i in range(13)], ["baseline", "yagni", "small-diff", "terse"]

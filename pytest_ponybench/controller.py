@@ -227,6 +227,31 @@ def option_differences(stored: dict, wanted: dict) -> list[str]:
             for key in sorted((set(stored) | set(wanted)) - NOT_COMPARED) if stored.get(key) != wanted.get(key)]
 
 
+def collectable_tasks(tasks: list, config, always: tuple = ()) -> list:
+    """The tasks this session can collect cells of: each task file at or under a path the
+    session was given (`pytest tasks/csv_total.yaml --ponybench` collects that file alone),
+    every task when any given path is not one (a `--pyargs` name, a path that is not there).
+    The gate runs before collection (and, under xdist, the controller never collects), so -k
+    and -m deselect too late to spare a proof; the paths are known now, and only narrow what
+    is collected: a task left out here has no cell in this session. `always`: tasks kept
+    whatever the paths (imported eval cases)."""
+    base = Path(config.invocation_params.dir)
+    given = []
+    for arg in config.args:
+        path = (base / str(arg).split("::")[0]).resolve()
+        if not path.exists():
+            return tasks
+        given.append(path)
+    if not given:
+        return tasks
+
+    def collected(task) -> bool:
+        path = Path(task.path).resolve()
+        return any(path == g or path.is_relative_to(g) for g in given)
+
+    return [t for t in tasks if collected(t) or any(t is a for a in always)]
+
+
 class Controller:
     """pytest hooks of the controlling process only."""
 
@@ -284,7 +309,10 @@ class Controller:
             problem = agent.real_run_problem(own_user=confined and agent.sandbox().own_user)
             if problem:
                 raise pytest.UsageError(problem)
-        broken = instruments.prove_all(tasks, state.claude_version)  # proofs that held before are cached
+        # Remote workers collect from folders of their own (fleet.py): every task is proven for them.
+        cases = tuple(c.task for c in state.evals.cases.values()) if state.evals is not None else ()
+        proven = tasks if remote else collectable_tasks(tasks, config, always=cases)
+        broken = instruments.prove_all(proven, state.claude_version)  # proofs that held before are cached
         if broken:
             raise pytest.UsageError("instruments broken; refusing to spend:\n  " + "\n  ".join(broken)
                                     + "\nrun `pytest -m selftest` to see each instrument")

@@ -9,6 +9,7 @@ Hypothesis's shrinking (towards the first branch) reports the plainest failing i
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import string
 from decimal import Decimal
@@ -21,6 +22,25 @@ from hypothesis import strategies as st
 AWKWARD = "\"',;:<>&/\\%#?=+ \t\r\n\x00\x1b\u2028\u200f\u0301\U0001f600\u00df\u0130\ufeff"
 
 
+def shared(build):
+    """One strategy per set of arguments, built once per process. A check's `@st.composite`
+    calls these inside its draw function, once per example: a strategy built anew is
+    validated and labelled by Hypothesis again on every draw (a third to half of a
+    differential's CPU). A strategy is immutable and its draws depend on its structure alone,
+    so the shared one draws exactly what a fresh one would."""
+    cached = functools.lru_cache(maxsize=None)(build)
+
+    @functools.wraps(build)
+    def strategy(*args, **kwargs):
+        try:
+            return cached(*args, **kwargs)
+        except TypeError:  # an unhashable argument: built anew, as before
+            return build(*args, **kwargs)
+
+    return strategy
+
+
+@shared
 def text(min_size: int = 0, max_size: int = 40, line_breaks: bool = True) -> st.SearchStrategy[str]:
     """Any text a user can type or paste: ASCII, the awkward characters above, and all of
     unicode but lone surrogates (which no UTF-8 input can hold)."""
@@ -33,16 +53,19 @@ def text(min_size: int = 0, max_size: int = 40, line_breaks: bool = True) -> st.
     return st.text(alphabet, min_size=min_size, max_size=max_size)
 
 
+@shared
 def line(min_size: int = 0, max_size: int = 40) -> st.SearchStrategy[str]:
     """Text on one line (no line break of any kind)."""
     return text(min_size, max_size, line_breaks=False)
 
 
+@shared
 def word(min_size: int = 1, max_size: int = 12) -> st.SearchStrategy[str]:
     """One word: letters of any script, digits, no space or punctuation."""
     return st.text(st.characters(whitelist_categories=("Lu", "Ll", "Lo", "Nd")), min_size=min_size, max_size=max_size)
 
 
+@shared
 def binary(min_size: int = 0, max_size: int = 64) -> st.SearchStrategy[bytes]:
     """Bytes, UTF-8 or not: valid text, NUL, invalid sequences, a BOM."""
     return st.one_of(
@@ -53,6 +76,7 @@ def binary(min_size: int = 0, max_size: int = 64) -> st.SearchStrategy[bytes]:
     )
 
 
+@shared
 def ip_address() -> st.SearchStrategy[str]:
     """A client address as a server sees it: IPv4, IPv6 in its compressed form, IPv4-mapped
     IPv6, loopback and the private ranges."""
@@ -64,11 +88,13 @@ def ip_address() -> st.SearchStrategy[str]:
     )
 
 
+@shared
 def integer(bits: int = 80) -> st.SearchStrategy[int]:
     """Integers, small ones and ones beyond 64 bits."""
     return st.one_of(st.integers(-1000, 1000), st.integers(-(2 ** bits), 2 ** bits))
 
 
+@shared
 def decimal_amount(places: int = 2, max_digits: int = 30) -> st.SearchStrategy[Decimal]:
     """A money amount with `places` decimals: zero, cents, and amounts whose sum no float
     holds exactly (up to `max_digits` digits)."""
@@ -80,11 +106,13 @@ def decimal_amount(places: int = 2, max_digits: int = 30) -> st.SearchStrategy[D
     )
 
 
+@shared
 def number_text(places: int = 2) -> st.SearchStrategy[str]:
     """Amounts as they are written in files: '12', '12.50', '-3.1', '0.00', '1e3' is not one."""
     return decimal_amount(places).map(lambda d: format(d, "f"))
 
 
+@shared
 def file_name() -> st.SearchStrategy[str]:
     """A plain file name a user picks: unicode, spaces, several dots, a leading dot or dash;
     never a path separator, '.' or '..'."""
@@ -97,17 +125,20 @@ def file_name() -> st.SearchStrategy[str]:
     ).filter(lambda name: name not in (".", "..") and name.strip() == name and name)
 
 
+@shared
 def email_address() -> st.SearchStrategy[str]:
     """A valid address (RFC 5321 dot-atoms), plus a few of the shapes real users have."""
     return st.one_of(st.emails(), st.sampled_from([
         "jo@example.org", "first.last+tag@example.co.uk", "o'brien@example.ie", "x@sub.example.com"]))
 
 
+@shared
 def csv_field() -> st.SearchStrategy[str]:
     """A CSV field's value: commas, quotes and line breaks in it (written quoted by csv)."""
     return st.one_of(st.sampled_from(["", "a,b", 'say "hi"', "two\nlines", "cr\r\nlf", " padded "]), text(max_size=20))
 
 
+@shared
 def url() -> st.SearchStrategy[str]:
     """An absolute http(s) URL with a path, query and fragment, unicode in the path."""
     segment = st.text(string.ascii_letters + string.digits + "-._~%", min_size=0, max_size=12)
@@ -121,12 +152,14 @@ def url() -> st.SearchStrategy[str]:
     )
 
 
+@shared
 def html_text() -> st.SearchStrategy[str]:
     """Text a user types into a form that ends up in a page: markup-like pieces, entities."""
     return st.one_of(text(max_size=30), st.lists(st.sampled_from(
         ["<b>", "</p>", "&amp;", "&lt;", "\"", "'", "`", "javascript:", "<!--", "-->", "]]>", "x"]), max_size=6).map("".join))
 
 
+@shared
 def search_term() -> st.SearchStrategy[str]:
     """A term typed into a search box: words of any script, with case and accents."""
     return st.one_of(word(), st.sampled_from(["Straße", "STRASSE", "café", "cafe\u0301", "İstanbul", "naïve"]))

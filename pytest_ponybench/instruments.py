@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import select
 import subprocess
 import sys
 import tempfile
@@ -61,16 +62,31 @@ def prove_plugin_resolution() -> str | None:
 
 
 def prove_tree_kill() -> str | None:
-    """A cell that outran its time dies with all its children (a grandchild included)."""
+    """A cell that outran its time dies with all its children (a grandchild included). The
+    probe says when its grandchild runs, and is killed then: no fixed wait (a second per
+    session once), and the kill is proven on a tree that surely has its grandchild, however
+    slow the machine is to start one."""
     spawn = ("import subprocess, sys, time; "
-             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], stdout=subprocess.DEVNULL); "
+             "print('grandchild running', flush=True); time.sleep(60)")
     proc = procs.start([sys.executable, "-c", spawn], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if not procs.wait_or_kill(proc, 1.0):
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        said = proc.stdout.readline() if select.select([proc.stdout], [], [], TREE_KILL_START)[0] else ""
+    finally:
+        killed = procs.wait_or_kill(proc, 0.0)
+        proc.stdout.close()
+    if "grandchild running" not in said:
+        return (f"the probe process did not start its grandchild within {TREE_KILL_START:g} s "
+                f"(it said {said.strip()!r}); the kill was not exercised")
+    if not killed:
         return "the probe process ended before its timeout; the kill was not exercised"
     if not procs.wait_group_gone(proc.pid):
         return "processes of a killed cell survived the process-tree kill"
     return None
+
+
+TREE_KILL_START = 30.0  # seconds the probe has to start its grandchild (two interpreter starts)
 
 
 CACHE_ENV = "PONYBENCH_CACHE_DIR"  # where proofs are remembered; "off" remembers nothing

@@ -120,8 +120,8 @@ def project(pytester, monkeypatch, keep_sigterm):
     environment at the fake CLI.
 
     In these in-process runs the gate's process-tree-kill proof is replaced by a no-op: it
-    sleeps a fixed second per run, it is tested in test_agent.py, and the module's main runs
-    (subprocesses) keep the real one."""
+    starts two interpreters per run, it is tested in test_proof_cache.py, and the module's
+    main runs (subprocesses) keep the real one."""
     monkeypatch.setattr(instruments, "prove_tree_kill", lambda: None)
 
     def make(tasks=None, arms=None, ini=None, **fake):
@@ -402,6 +402,20 @@ def test_a_broken_instrument_refuses_to_spend(project, pytester, workers):
     assert pp.calls(root) == []
     assert pp.run_dirs(root) == []
 
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_the_gate_proves_the_tasks_of_the_paths_given_and_no_other(project, pytester, workers):
+    """A session given one task file collects that file alone: a broken instrument of another
+    task spends no proof and stops nothing; given the folder, the same broken task refuses."""
+    root = project(tasks={"add": BROKEN_REF, "mul": pp.MUL_TASK}, write=pp.GOOD_WRITES)
+    run = (lambda *a: pytester.runpytest_subprocess(*a)) if workers != "0" else pytester.runpytest
+    result = run(*pp.bench_args(root, "-n", workers), str(root / "tasks" / "mul.yaml"))
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    assert {r["task"] for r in pp.results(pp.only_run_dir(root))} == {"mul"}
+    result = run(*pp.bench_args(root, "-n", workers), str(root / "tasks"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "add.yaml: the bad reference passes the correct check" in result.stderr.str()
 
 # A stand-in that makes two cells overlap for sure: the "escaper" arm's agent writes beside its
 # workspace only once the "innocent" arm's agent has started, and the innocent one finishes only

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from pytest_ponybench import instruments
+from pytest_ponybench import instruments, procs
 from pytest_ponybench.spec import load_task
 from support.benchproc import ADD_TASK
 
@@ -76,3 +76,20 @@ def test_the_cache_directory_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv(instruments.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert instruments.cache_dir() == tmp_path / "xdg" / "pytest-ponybench"
+
+
+def test_the_tree_kill_proof_holds_and_catches_a_kill_that_spares_the_grandchild(monkeypatch):
+    assert instruments.prove_tree_kill() is None
+    groups = []
+
+    def spares_the_tree(proc, timeout):  # a "kill" that only waits, as a broken one would
+        groups.append(proc.pid)
+        return True
+
+    monkeypatch.setattr(procs, "wait_or_kill", spares_the_tree)
+    monkeypatch.setattr(procs, "wait_group_gone", lambda pgid: not procs.group_alive(pgid))
+    try:
+        assert instruments.prove_tree_kill() == "processes of a killed cell survived the process-tree kill"
+    finally:
+        for pgid in groups:
+            procs.kill_group(pgid)

@@ -322,7 +322,7 @@ def test_an_arm_without_a_plugin_has_no_plugin_dir(tmp_path):
 @pytest.fixture
 def keep_sigterm(monkeypatch):
     """An in-process benchmark run turns SIGTERM into an interrupt; give the handler back.
-    The gate's tree-kill proof (a fixed second, tested in test_agent.py) is a no-op here."""
+    The gate's tree-kill proof (two interpreter starts, tested in test_proof_cache.py) is a no-op here."""
     monkeypatch.setattr(instruments, "prove_tree_kill", lambda: None)
     before = signal.getsignal(signal.SIGTERM)
     yield

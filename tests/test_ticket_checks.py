@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_ponybench import cell, checklib, checks, mutation, workspace
+from hypothesis import strategies as st
+
+from pytest_ponybench import cell, checklib, checks, inputs, mutation, workspace
 from pytest_ponybench.spec import SpecError, load_task
 
 SPLIT_TASK = {
@@ -170,6 +172,25 @@ def test_the_reference_copy_is_the_check_s_own(tmp_path):
 
 
 # --- the environment as an input --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", inputs.NAMES)
+def test_an_input_class_is_built_once_and_draws_what_a_fresh_one_draws(name):
+    """A composite calls `inputs.X()` once per draw: the strategy is shared (not validated
+    again each time), and what it draws is exactly what one built anew draws."""
+    shared, build = getattr(inputs, name), getattr(inputs, name).__wrapped__
+    assert shared() is shared(), f"inputs.{name}() builds a new strategy on every call"
+
+    def drawn(make):
+        @st.composite
+        def several(draw):
+            return [draw(make()) for _ in range(draw(st.integers(0, 3)))]
+
+        seen = []
+        checklib.differential(lambda x: seen.append(x) or 1, lambda x: 1, several(), examples=25)
+        return seen
+
+    assert repr(drawn(shared)) == repr(drawn(build))
+
 
 def test_fake_clock_moves_only_when_told_and_time_zone_changes_local_time(tmp_path):
     ws = tmp_path / "ws"
