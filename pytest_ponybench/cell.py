@@ -246,10 +246,17 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     if ctx.confine:
         argv = agent.confine(argv, ws, env, run_dir=ctx.run_dir.path, needed=[plugin_dir])
     watch = workspace.watch_beside(ctx.run_dir.path)
+    # The CLI writes its output in the cell's records folder, not in the workspace: an agent
+    # that replaces, truncates or links its transcript or stderr while it runs cannot change
+    # what its run cost, which plugins it loaded, or what the harness quotes from them. Both
+    # move into the workspace once the CLI's whole tree is gone (agent.run kills it on every
+    # way out, an interrupt included); whatever the agent left at those names is replaced.
     try:
-        outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR)
+        outcome = agent.run(argv, ws, env, ctx.timeout, workspace.cli_output(ws, workspace.TRANSCRIPT),
+                            workspace.cli_output(ws, workspace.STDERR))
     finally:
         changed_beside = watch.changed()  # also closes the watch when the run raised
+        workspace.put_back(ws)
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)

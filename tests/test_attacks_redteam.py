@@ -854,7 +854,6 @@ _path.write_text("".join(json.dumps(line) + "\\n" for line in _lines))
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="the transcript the harness reads for the cost lies in the workspace: replaced by an unconfined agent, it puts $0 on the ledger for a $0.50 cell")
 def test_a_transcript_replaced_by_the_agent_does_not_hide_what_the_cell_cost(tmp_path):
     """Attack: mid-session the agent unlinks `_ponybench.transcript.jsonl` and writes its own:
     a result line with a cost of $0. The CLI goes on writing its real result ($0.50) into the
@@ -881,7 +880,6 @@ def test_an_init_line_naming_another_arm_s_plugin_is_a_wrong_arm(tmp_path):
     assert record["status"] == "wrong_arm" and "other-arm" in record["error"], record
 
 
-@pytest.mark.xfail(strict=True, reason="an unconfined agent replaces the transcript with a clean init line: a wrong-arm session is counted as a finished, passed cell of the arm")
 def test_a_transcript_replaced_by_the_agent_does_not_hide_a_wrong_arm(tmp_path):
     """Attack: the session really ran with another arm's plugin (its init line says so), and
     the agent replaces the transcript with one whose init line shows exactly this cell's arm.
@@ -893,7 +891,6 @@ def test_a_transcript_replaced_by_the_agent_does_not_hide_a_wrong_arm(tmp_path):
     assert record["status"] == "wrong_arm", record
 
 
-@pytest.mark.xfail(strict=True, reason="the harness reads _ponybench.stderr.txt by its path and follows a link an unconfined agent put there: a file of the user's lands in results.jsonl")
 def test_a_link_planted_at_the_cli_s_stderr_file_does_not_leak_a_file_into_the_records(tmp_path):
     """Attack: the agent replaces `_ponybench.stderr.txt` with a link to a secret of the user
     (here a marked file; on a real machine ~/.ssh/id_rsa or the run's key), and the CLI
@@ -905,7 +902,16 @@ def test_a_link_planted_at_the_cli_s_stderr_file_does_not_leak_a_file_into_the_r
     secret.write_text(f"{token}\n")
     root = write_project(tmp_path / "project", {"add": ADD_TASK})
     env = fake_env(root, mode="crash")
-    plant = f'import os\nos.unlink("_ponybench.stderr.txt")\nos.symlink({str(secret)!r}, "_ponybench.stderr.txt")\n'
+    # At the kept name in the workspace, and where the harness has the file while the CLI
+    # runs (an unconfined agent can find its records folder beside its workspace).
+    plant = textwrap.dedent(f"""\
+        import os
+        for name in ("_ponybench.stderr.txt",
+                     os.path.join("..", "_ponybench.records", os.path.basename(os.getcwd()), "_ponybench.stderr.txt")):
+            if os.path.lexists(name):
+                os.unlink(name)
+            os.symlink({str(secret)!r}, name)
+        """)
     session(root, hostile_cli(tmp_path, before={CELL(0): plant}), env=env)
     run_dir = only_run_dir(root)
     assert token not in (run_dir / "results.jsonl").read_text()
