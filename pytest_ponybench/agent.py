@@ -364,10 +364,12 @@ def release_transcript(path: Path) -> None:
 
 def open_output(path: Path):
     """A new file of the harness's for the CLI's output: never opened through a link at its
-    name or at its folder (a records folder an agent replaced with a link)."""
+    name or at its folder (a records folder an agent replaced with a link). Readable by all,
+    as a file the CLI made would be: a check, run as the sandbox's own user, reads the
+    transcript (the graders of an imported eval case)."""
     dfd = _parent_fd(Path(path))
     try:
-        fd = os.open(Path(path).name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+        fd = os.open(Path(path).name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
                      dir_fd=dfd)
     finally:
         os.close(dfd)
