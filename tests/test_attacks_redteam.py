@@ -1153,3 +1153,41 @@ def test_a_check_that_fills_the_temporary_folder_spoils_no_other_cell(tmp_path, 
     records = by_cell(results(only_run_dir(root)))
     assert not records[CELL(0)]["passed"]
     assert records[CELL(1)]["passed"], records[CELL(1)]
+
+
+
+# The agent's Write of `{}` over the run's results file, two folders up from nothing: its
+# workspace is a folder of the run directory.
+CLOBBER_RESULTS = 'from pathlib import Path\nPath("../results.jsonl").write_text("{}\\n")\n'
+
+
+def test_results_jsonl_overwritten_by_an_unconfined_agent_is_whole_again_at_session_end(tmp_path):
+    """Attack: cell 2's agent, unconfined, writes `{}` over the run's results.jsonl, so the
+    lines of cells 0 and 1 (written before) are gone; cell 0 ended as an infra error (the API
+    failed it, no retry), a sealed result all the same. Promise (README): at session end the
+    file is written whole again from the sealed records, every cell of the session in it once."""
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "api_error"}})
+    session(root, hostile_cli(tmp_path, before={CELL(2): CLOBBER_RESULTS}), "--runs=3", "--ponybench-retries=0",
+            "--ponybench-no-confine", env=env)
+    got = by_cell(results(only_run_dir(root)))
+    assert sorted(got) == [CELL(i) for i in range(3)], got
+    assert [got[CELL(i)]["status"] for i in range(3)] == ["infra_error", "finished", "finished"]
+
+
+def test_results_jsonl_overwritten_during_a_narrowed_resume_keeps_the_cells_it_did_not_run(tmp_path):
+    """Attack: a resume narrowed with -k runs one cell, whose unconfined agent writes `{}`
+    over results.jsonl: the lines of the cells the resume did not report (finished in the
+    first session) are gone. Promise: the session writes the file whole again from the
+    sealed results of every cell of the run, not only of the cells it reported."""
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD)
+    claude = hostile_cli(tmp_path, before={CELL(2): CLOBBER_RESULTS})
+    session(root, claude, "--runs=3", "--ponybench-no-confine", "-k", f"not {CELL(2)}", env=env)
+    run_dir = only_run_dir(root)
+    assert sorted(by_cell(results(run_dir))) == [CELL(0), CELL(1)]
+    session(root, claude, "--runs=3", "--ponybench-no-confine", f"--ponybench-resume={run_dir}", "-k", CELL(2),
+            env=env)
+    got = by_cell(results(run_dir))
+    assert sorted(got) == [CELL(i) for i in range(3)], got
+    assert all(r["status"] == "finished" and r["passed"] for r in got.values()), got
