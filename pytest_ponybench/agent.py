@@ -449,20 +449,23 @@ def _lines(path: Path):
         if st.st_size <= READ_CAP:
             yield from _lines_of(fh, st.st_size)
             return
-        yield from _lines_of(fh, KEEP_BYTES)
+        yield from _lines_of(fh, KEEP_BYTES, whole_only=True)
         fh.seek(st.st_size - KEEP_BYTES - 1)
         if fh.read(1) != b"\n":
             fh.readline(KEEP_BYTES)  # the tail starts at a line's start
         yield from _lines_of(fh, st.st_size - fh.tell())
 
 
-def _lines_of(fh, limit: int):
-    """The lines in the next `limit` bytes of `fh` (a last one cut there included)."""
+def _lines_of(fh, limit: int, whole_only: bool = False):
+    """The lines in the next `limit` bytes of `fh`; a last one cut there too, unless
+    `whole_only` (the head of a transcript read as head and tail)."""
     while limit > 0:
         chunk = fh.readline(min(MAX_LINE, limit))
         if not chunk:
             return
         limit -= len(chunk)
+        if whole_only and limit <= 0 and not chunk.endswith(b"\n"):
+            return
         if chunk.endswith(b"\n") or len(chunk) < MAX_LINE:
             yield chunk
             continue
