@@ -1,10 +1,12 @@
 """The contract with the `claude` CLI: how it is called, and what its output means.
 
-The agent runs headless with stream-json output written to a transcript file in the
-workspace, never to a pipe: a killed cell keeps its transcript and the usage seen so far,
-and a child that holds a pipe open can never freeze the harness. The transcript is read
-line by line with a cap on each line, so a CLI that prints hundreds of megabytes costs
-bounded memory.
+The agent runs headless with stream-json output written to a transcript file, never to a
+pipe: a killed cell keeps its transcript and the usage seen so far, and a child that holds a
+pipe open can never freeze the harness. While the CLI runs its transcript and stderr are in
+the cell's records folder, beside the workspace (cell.py moves them into the workspace once
+the CLI's tree is gone). Every read of them here refuses a link (O_NOFOLLOW) and is capped:
+the transcript line by line with a cap on each line and on the whole, so a CLI that prints
+hundreds of megabytes costs bounded memory.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import atexit
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from . import procs
 from . import record as records
-from .rundir import valid_cost
+from .rundir import _parent_fd, keep_room, release_room, valid_cost
 
 # Appended to every arm's system prompt, identically. The benchmark measures the code an agent
 # writes, not its attempts to run it: agents that start servers or browsers burn tokens on
@@ -356,18 +359,21 @@ def bound_file(path: Path, keep: int = KEEP_BYTES) -> None:
     The init line is at the head and the result line at the tail, so a cut transcript still
     scores; memory stays bounded since nothing is read whole."""
     try:
-        size = path.stat().st_size
+        src = open_kept(path)
     except OSError:
-        return
-    if size <= 2 * keep:
-        return
-    tmp = path.with_name(path.name + ".cut")
-    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        return  # missing, or a link: never followed
+    with src:
+        st = os.fstat(src.fileno())
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode) or size <= 2 * keep:
+            return
         head = src.read(keep)
         head = head[: head.rfind(b"\n") + 1]
         src.seek(size - keep - 1)
         tail = src.read(keep + 1)  # with the byte before: does the tail start on a line start?
         tail = tail[1:] if tail[:1] == b"\n" else tail[tail.find(b"\n") + 1:]
+    tmp = path.with_name(path.name + ".cut")
+    with open_output(tmp) as dst:
         dst.write(head)
         dst.write(f"[ponybench: {size - len(head) - len(tail)} bytes cut from a {size}-byte output]\n".encode())
         dst.write(tail)
@@ -439,8 +445,6 @@ def release_transcript(path: Path) -> None:
     """Give back the room `run` kept for a transcript, once the harness has written what the
     cell's run told it: until then a disk the agent filled stays full, and the harness's first
     write of its own records says so, rather than succeeding in the room and failing later."""
-    from .rundir import release_room
-
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
     except OSError:
@@ -451,15 +455,37 @@ def release_transcript(path: Path) -> None:
         os.close(fd)
 
 
+def open_output(path: Path):
+    """A new file of the harness's for the CLI's output: never opened through a link at its
+    name or at its folder (a records folder an agent replaced with a link). Readable by all,
+    as a file the CLI made would be: a check, run as the sandbox's own user, reads the
+    transcript (the graders of an imported eval case)."""
+    dfd = _parent_fd(Path(path))
+    try:
+        fd = os.open(Path(path).name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    return os.fdopen(fd, "wb")
+
+
+def open_kept(path: Path):
+    """The CLI's output kept by the harness, opened for reading without following a link: a
+    link an agent planted at the name must never make the harness read (and quote) the file
+    it points to. Raises OSError (ELOOP for a link)."""
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK), "rb")
+
+
 def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
         transcript: Path, stderr: Path, limits: AgentLimits | None = None) -> RunOutcome:
-    """Run the CLI in `workspace`, its output to `transcript` and `stderr`; with `limits`, in
-    a cgroup of its own where the machine has one (procs.start): everything the CLI started is
-    killed with it at its end, its timeout or an interrupt, whoever its parent then was."""
-    from .rundir import keep_room
+    """Run the CLI in `workspace` with its stdout in `transcript` and its stderr in `stderr`
+    (new files; cell.py has them in the records folder, out of the agent's workspace); with
+    `limits`, in a cgroup of its own where the machine has one (procs.start): everything the
+    CLI started is killed with it at its end, its timeout or an interrupt, whoever its parent
+    then was. Its whole process tree is gone when this returns or raises."""
 
     start = time.monotonic()
-    with open(transcript, "wb") as out, open(stderr, "wb") as err:
+    with open_output(transcript) as out, open_output(stderr) as err:
         # Room for the CLI's output kept allocated before it starts: an agent that fills the
         # disk still leaves its CLI room for the result line, and so the harness its cost.
         keep_room(out.fileno(), TRANSCRIPT_ROOM)
@@ -499,25 +525,54 @@ def _blocks(event: dict) -> list[dict]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
+# Bytes of a transcript the harness reads: what `bound_file` leaves and its marker line. A
+# larger one (never bound: a run killed before, a file put there) is read as its head and
+# its tail, as `bound_file` would have cut it.
+READ_CAP = 2 * KEEP_BYTES + 4096
+
+
 def _lines(path: Path):
-    """Yield transcript lines of at most MAX_LINE bytes; longer ones yield None (garbage)."""
-    with open(path, "rb") as fh:
-        while True:
-            chunk = fh.readline(MAX_LINE)
-            if not chunk:
-                return
-            if chunk.endswith(b"\n") or len(chunk) < MAX_LINE:
-                yield chunk
-                continue
-            while chunk and not chunk.endswith(b"\n"):  # skip the rest of an oversized line
-                chunk = fh.readline(MAX_LINE)
-            yield None
+    """Yield transcript lines of at most MAX_LINE bytes; longer ones yield None (garbage).
+    Nothing when the file is missing, is not a regular file, or is a link (never followed)."""
+    try:
+        fh = open_kept(path)
+    except OSError:
+        return
+    with fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return
+        if st.st_size <= READ_CAP:
+            yield from _lines_of(fh, st.st_size)
+            return
+        yield from _lines_of(fh, KEEP_BYTES, whole_only=True)
+        fh.seek(st.st_size - KEEP_BYTES - 1)
+        if fh.read(1) != b"\n":
+            fh.readline(KEEP_BYTES)  # the tail starts at a line's start
+        yield from _lines_of(fh, st.st_size - fh.tell())
+
+
+def _lines_of(fh, limit: int, whole_only: bool = False):
+    """The lines in the next `limit` bytes of `fh`; a last one cut there too, unless
+    `whole_only` (the head of a transcript read as head and tail)."""
+    while limit > 0:
+        chunk = fh.readline(min(MAX_LINE, limit))
+        if not chunk:
+            return
+        limit -= len(chunk)
+        if whole_only and limit <= 0 and not chunk.endswith(b"\n"):
+            return
+        if chunk.endswith(b"\n") or len(chunk) < MAX_LINE:
+            yield chunk
+            continue
+        while chunk and not chunk.endswith(b"\n") and limit > 0:  # skip the rest of an oversized line
+            chunk = fh.readline(min(MAX_LINE, limit))
+            limit -= len(chunk)
+        yield None
 
 
 def read_transcript(path: Path) -> Transcript:
     seen = Transcript()
-    if not path.exists():
-        return seen
     usage_by_message: dict[str, dict] = {}
     writes: dict[str, str] = {}  # tool_use id -> path, for the agent's write tools
     reads: dict[str, str] = {}  # tool_use id -> path, for its Read tool

@@ -108,14 +108,21 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     return {**record, "reused": True}
 
 
+def sealed_result(ws: Path, run_dir: RunDir) -> dict | None:
+    """The result kept beside the cell folder `ws` that the run's key verifies, whatever its
+    status (an infra error's, a budget cut's too), or None. What results.jsonl is written
+    again from when an agent overwrote it (controller.Gathering.recovered)."""
+    if not ws.is_dir() or ws.is_symlink() or result_problem(ws, run_dir) is not None:
+        return None
+    return _read(ws, RESULT, run_dir.key) or None
+
+
 def finished_record(ws: Path, run_dir: RunDir, move: bool = True) -> dict | None:
     """The result kept for a cell that finished (whatever its spec), or None. Only a result
     the run's key verifies counts: anything else (an agent's forgery, a result of another
     cell copied in, a run whose key is gone) is ignored and the cell runs again;
     `refused_lines` is what the controller says about each such cell, once, before any runs."""
-    if not ws.is_dir() or ws.is_symlink() or result_problem(ws, run_dir) is not None:
-        return None
-    record = _read(ws, RESULT, run_dir.key)
+    record = sealed_result(ws, run_dir) or {}
     if record.get("status") in records.INFRA | records.CUT:
         # The API failed it, or the run's budget cut it: run it again, keeping the failed
         # (paid) workspace as an attempt.
@@ -248,11 +255,17 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     if ctx.confine:
         argv = agent.confine(argv, ws, env, run_dir=ctx.run_dir.path, needed=[plugin_dir])
     watch = workspace.watch_beside(ctx.run_dir.path)
+    # The CLI writes its output in the cell's records folder, not in the workspace: an agent
+    # that replaces, truncates or links its transcript or stderr while it runs cannot change
+    # what its run cost, which plugins it loaded, or what the harness quotes from them. Both
+    # move into the workspace once the CLI's whole tree is gone (agent.run kills it on every
+    # way out, an interrupt included); whatever the agent left at those names is replaced.
     try:
-        outcome = agent.run(argv, ws, env, ctx.timeout, ws / workspace.TRANSCRIPT, ws / workspace.STDERR,
-                            limits=ctx.agent_limits)
+        outcome = agent.run(argv, ws, env, ctx.timeout, workspace.cli_output(ws, workspace.TRANSCRIPT),
+                            workspace.cli_output(ws, workspace.STDERR), limits=ctx.agent_limits)
     finally:
         changed_beside = watch.changed()  # also closes the watch when the run raised
+        workspace.put_back(ws)
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from .rundir import (KEY_INPUT, LEDGER_ROOM, RESULTS_ROOM, NotARunDir, RunDir, a
                      disk_full_sentence, make_room, max_pause, seal_result, usd,
                      write_atomic)
 from .spec import SpecError, load_task
+
+# A cell folder kept aside (a retried cell's earlier attempt, a workspace of an older spec):
+# its result is no line of results.jsonl.
+KEPT_ASIDE = re.compile(r"\.(attempt-\d+|stale-[\w-]+)$")
 
 BUDGET_REACHED = "budget reached"
 
@@ -101,12 +106,19 @@ class Gathering:
 
     def recovered(self, every: list[dict]) -> list[dict]:
         """`every` without a second record of one cell (the last line wins, as it was the last
-        written), plus this session's cells that have no line, from their sealed results."""
+        written), plus the cells that have no line, from their sealed results: this session's,
+        and a resume's earlier ones it did not report (narrowed with -k, or run by another
+        session), whose lines an agent that overwrote results.jsonl took away just the same.
+        Any verified result counts, an infra error's or a budget cut's included: it is what
+        the cell's line said."""
         last = {r["cell"]: r for r in every}
         if len(last) != len(every):
             every = list(last.values())
-        for cell_id in sorted(self.cells - set(last)):
-            record = cells.finished_record(self.run_dir.cell_dir(cell_id), self.run_dir, move=False)
+        missing = self.cells - set(last)
+        if self.mode == "resume":
+            missing |= {ws.name for ws in self.run_dir.cell_dirs() if not KEPT_ASIDE.search(ws.name)} - set(last)
+        for cell_id in sorted(missing):
+            record = cells.sealed_result(self.run_dir.cell_dir(cell_id), self.run_dir)
             if record is None:
                 record = self.remembered.get(cell_id)
             if record is not None:

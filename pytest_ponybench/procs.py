@@ -358,9 +358,11 @@ def start_calls(calls: list[dict], env: dict[str, str] | None = None, max_file_s
 
 
 def output_tail(path, limit: int) -> str:
-    """The last `limit` bytes of a child's output file, as text ("" when unreadable)."""
+    """The last `limit` bytes of a child's output file, as text ("" when unreadable, and when
+    the name is a link: never followed, so a link planted there cannot make the harness quote
+    the file it points to)."""
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK), "rb") as fh:
             fh.seek(0, os.SEEK_END)
             fh.seek(max(0, fh.tell() - limit))
             return fh.read().decode("utf-8", "replace").strip()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 import re
 import shutil
 import stat
@@ -18,9 +19,12 @@ from .metrics import git
 from .rundir import read_record, records_dir, write_record
 from .spec import HARNESS_PREFIX, TaskSpec
 
-# In the workspace: what the CLI printed (the agent's own output, kept for scoring).
+# In the workspace once the CLI's tree is gone: what the CLI printed (kept for scoring).
+# While it runs both are written in the cell's records folder under the same names
+# (`cli_output`), where an agent cannot replace, truncate or link them in its workspace.
 TRANSCRIPT = f"{HARNESS_PREFIX}.transcript.jsonl"
 STDERR = f"{HARNESS_PREFIX}.stderr.txt"
+CLI_OUTPUTS = (TRANSCRIPT, STDERR)
 # Beside it (rundir.records_dir), sealed with the run's key: record kinds, never in the
 # workspace, where the agent (and the code it wrote) could rewrite them.
 IDENTITY = "cell"
@@ -115,6 +119,50 @@ def copy_ignore(workspace: Path):
             return []
         return [n for n in names if n.startswith(HARNESS_PREFIX) or n == ".git"]
     return ignore
+
+
+def cli_output(workspace: Path, name: str) -> Path:
+    """Where the CLI writes its output `name` (TRANSCRIPT, STDERR) while it runs: the cell's
+    records folder, beside the workspace. A confined agent does not see the run directory; an
+    unconfined one would have to leave its workspace and go looking for it."""
+    return records_dir(workspace) / name
+
+
+def put_back(workspace: Path) -> list[str]:
+    """Move the CLI's output from the records folder to its kept names in the workspace, once
+    the CLI's whole process tree is gone: a rename, which replaces whatever the agent left at
+    those names (a file, a link, never followed; a folder is removed first). Both folders are
+    opened without following a link. The names moved."""
+    records, ws = records_dir(workspace), Path(workspace)
+    moved = []
+    try:
+        src = os.open(records, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return moved  # no records folder (the run never started), or a link in its place
+    try:
+        dst = os.open(ws, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        os.close(src)
+        return moved
+    try:
+        for name in CLI_OUTPUTS:
+            try:
+                if not stat.S_ISREG(os.stat(name, dir_fd=src, follow_symlinks=False).st_mode):
+                    continue
+            except FileNotFoundError:
+                continue
+            try:
+                there = os.stat(name, dir_fd=dst, follow_symlinks=False)
+            except FileNotFoundError:
+                there = None
+            if there is not None and stat.S_ISDIR(there.st_mode):
+                shutil.rmtree(ws / name)  # never follows a link inside it
+            os.replace(name, name, src_dir_fd=src, dst_dir_fd=dst)
+            moved.append(name)
+    finally:
+        os.close(src)
+        os.close(dst)
+    return moved
 
 
 def fresh(workspace: Path) -> None:

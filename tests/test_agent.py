@@ -463,3 +463,65 @@ def test_a_cut_on_a_line_boundary_keeps_every_whole_line(tmp_path):
     assert lines[:100] == [f"line{i:07d}" for i in range(100)]
     assert lines[101:] == [f"line{i:07d}" for i in range(9_900, 10_000)]
     assert lines[100].startswith("[ponybench:")
+
+
+# --- the CLI's output: no read follows a link, every read is capped ------------------------------
+
+def test_no_read_of_the_cli_s_output_follows_a_link_planted_at_its_name(tmp_path):
+    secret = write_lines(tmp_path / "secret.jsonl", INIT, RESULT, "the user's secret line")
+    before = secret.read_bytes()
+    transcript, stderr = tmp_path / "t.jsonl", tmp_path / "err.txt"
+    transcript.symlink_to(secret)
+    stderr.symlink_to(secret)
+    t = agent.read_transcript(transcript)
+    assert (t.init, t.result, t.events) == (None, None, 0)
+    status, error = agent.judge(outcome(1), agent.Transcript(init=INIT), stderr, 300)
+    assert status == records.CLI_ERROR and "secret" not in error, error
+    agent.bound_file(transcript, keep=16)
+    assert transcript.is_symlink() and secret.read_bytes() == before
+
+
+def test_the_cli_s_output_is_never_opened_through_a_link_at_its_name_or_its_folder(tmp_path):
+    target = tmp_path / "user-file"
+    target.write_text("keep me\n")
+    (tmp_path / "t.jsonl").symlink_to(target)
+    with pytest.raises(OSError):
+        agent.run([sys.executable, "-c", "print(1)"], tmp_path, dict(os.environ), 30, tmp_path / "t.jsonl",
+                  tmp_path / "err.txt")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    with pytest.raises(OSError):
+        agent.run([sys.executable, "-c", "print(1)"], tmp_path, dict(os.environ), 30, tmp_path / "linked" / "t.jsonl",
+                  tmp_path / "err.txt")
+    assert target.read_text() == "keep me\n" and list((tmp_path / "real").iterdir()) == []
+
+
+def test_a_transcript_never_bound_is_read_as_its_head_and_its_tail_within_the_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(agent, "KEEP_BYTES", 4096)
+    monkeypatch.setattr(agent, "READ_CAP", 2 * 4096 + 100)
+    fillers = [assistant(f"m{i}", "x" * 80) for i in range(400)]  # about 50 KiB, never cut
+    path = write_lines(tmp_path / "t.jsonl", INIT, *fillers, assistant("last", "the final words"), RESULT)
+    t = agent.read_transcript(path)
+    assert t.init == INIT and t.result == RESULT and t.last_text == "the final words"
+    assert t.garbage == 0 and t.events < 2 * 4096 // 100 < len(fillers)  # what lies between is never read
+
+
+def test_put_back_moves_the_cli_s_output_over_whatever_the_agent_left_and_follows_no_link(tmp_path):
+    from pytest_ponybench import workspace
+    from pytest_ponybench.rundir import records_dir
+
+    ws = tmp_path / "run" / "cell"
+    ws.mkdir(parents=True)
+    records_dir(ws).mkdir(parents=True)
+    workspace.cli_output(ws, workspace.TRANSCRIPT).write_text("the CLI's transcript\n")
+    workspace.cli_output(ws, workspace.STDERR).write_text("the CLI's stderr\n")
+    target = tmp_path / "user-file"
+    target.write_text("keep me\n")
+    (ws / workspace.TRANSCRIPT).symlink_to(target)  # the agent's link
+    (ws / workspace.STDERR).mkdir()  # and a folder of its own, with a link inside
+    (ws / workspace.STDERR / "inside").symlink_to(target)
+    assert workspace.put_back(ws) == [workspace.TRANSCRIPT, workspace.STDERR]
+    assert (ws / workspace.TRANSCRIPT).read_text() == "the CLI's transcript\n"
+    assert (ws / workspace.STDERR).read_text() == "the CLI's stderr\n"
+    assert not (ws / workspace.TRANSCRIPT).is_symlink() and target.read_text() == "keep me\n"
+    assert not workspace.cli_output(ws, workspace.TRANSCRIPT).exists()

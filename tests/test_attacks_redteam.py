@@ -854,7 +854,6 @@ _path.write_text("".join(json.dumps(line) + "\\n" for line in _lines))
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="the transcript the harness reads for the cost lies in the workspace: replaced by an unconfined agent, it puts $0 on the ledger for a $0.50 cell")
 def test_a_transcript_replaced_by_the_agent_does_not_hide_what_the_cell_cost(tmp_path):
     """Attack: mid-session the agent unlinks `_ponybench.transcript.jsonl` and writes its own:
     a result line with a cost of $0. The CLI goes on writing its real result ($0.50) into the
@@ -881,7 +880,6 @@ def test_an_init_line_naming_another_arm_s_plugin_is_a_wrong_arm(tmp_path):
     assert record["status"] == "wrong_arm" and "other-arm" in record["error"], record
 
 
-@pytest.mark.xfail(strict=True, reason="an unconfined agent replaces the transcript with a clean init line: a wrong-arm session is counted as a finished, passed cell of the arm")
 def test_a_transcript_replaced_by_the_agent_does_not_hide_a_wrong_arm(tmp_path):
     """Attack: the session really ran with another arm's plugin (its init line says so), and
     the agent replaces the transcript with one whose init line shows exactly this cell's arm.
@@ -893,7 +891,6 @@ def test_a_transcript_replaced_by_the_agent_does_not_hide_a_wrong_arm(tmp_path):
     assert record["status"] == "wrong_arm", record
 
 
-@pytest.mark.xfail(strict=True, reason="the harness reads _ponybench.stderr.txt by its path and follows a link an unconfined agent put there: a file of the user's lands in results.jsonl")
 def test_a_link_planted_at_the_cli_s_stderr_file_does_not_leak_a_file_into_the_records(tmp_path):
     """Attack: the agent replaces `_ponybench.stderr.txt` with a link to a secret of the user
     (here a marked file; on a real machine ~/.ssh/id_rsa or the run's key), and the CLI
@@ -905,7 +902,16 @@ def test_a_link_planted_at_the_cli_s_stderr_file_does_not_leak_a_file_into_the_r
     secret.write_text(f"{token}\n")
     root = write_project(tmp_path / "project", {"add": ADD_TASK})
     env = fake_env(root, mode="crash")
-    plant = f'import os\nos.unlink("_ponybench.stderr.txt")\nos.symlink({str(secret)!r}, "_ponybench.stderr.txt")\n'
+    # At the kept name in the workspace, and where the harness has the file while the CLI
+    # runs (an unconfined agent can find its records folder beside its workspace).
+    plant = textwrap.dedent(f"""\
+        import os
+        for name in ("_ponybench.stderr.txt",
+                     os.path.join("..", "_ponybench.records", os.path.basename(os.getcwd()), "_ponybench.stderr.txt")):
+            if os.path.lexists(name):
+                os.unlink(name)
+            os.symlink({str(secret)!r}, name)
+        """)
     session(root, hostile_cli(tmp_path, before={CELL(0): plant}), env=env)
     run_dir = only_run_dir(root)
     assert token not in (run_dir / "results.jsonl").read_text()
@@ -1150,3 +1156,41 @@ def test_a_check_that_fills_the_temporary_folder_spoils_no_other_cell(tmp_path, 
     records = by_cell(results(only_run_dir(root)))
     assert not records[CELL(0)]["passed"]
     assert records[CELL(1)]["passed"], records[CELL(1)]
+
+
+
+# The agent's Write of `{}` over the run's results file, two folders up from nothing: its
+# workspace is a folder of the run directory.
+CLOBBER_RESULTS = 'from pathlib import Path\nPath("../results.jsonl").write_text("{}\\n")\n'
+
+
+def test_results_jsonl_overwritten_by_an_unconfined_agent_is_whole_again_at_session_end(tmp_path):
+    """Attack: cell 2's agent, unconfined, writes `{}` over the run's results.jsonl, so the
+    lines of cells 0 and 1 (written before) are gone; cell 0 ended as an infra error (the API
+    failed it, no retry), a sealed result all the same. Promise (README): at session end the
+    file is written whole again from the sealed records, every cell of the session in it once."""
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "api_error"}})
+    session(root, hostile_cli(tmp_path, before={CELL(2): CLOBBER_RESULTS}), "--runs=3", "--ponybench-retries=0",
+            "--ponybench-no-confine", env=env)
+    got = by_cell(results(only_run_dir(root)))
+    assert sorted(got) == [CELL(i) for i in range(3)], got
+    assert [got[CELL(i)]["status"] for i in range(3)] == ["infra_error", "finished", "finished"]
+
+
+def test_results_jsonl_overwritten_during_a_narrowed_resume_keeps_the_cells_it_did_not_run(tmp_path):
+    """Attack: a resume narrowed with -k runs one cell, whose unconfined agent writes `{}`
+    over results.jsonl: the lines of the cells the resume did not report (finished in the
+    first session) are gone. Promise: the session writes the file whole again from the
+    sealed results of every cell of the run, not only of the cells it reported."""
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD)
+    claude = hostile_cli(tmp_path, before={CELL(2): CLOBBER_RESULTS})
+    session(root, claude, "--runs=3", "--ponybench-no-confine", "-k", f"not {CELL(2)}", env=env)
+    run_dir = only_run_dir(root)
+    assert sorted(by_cell(results(run_dir))) == [CELL(0), CELL(1)]
+    session(root, claude, "--runs=3", "--ponybench-no-confine", f"--ponybench-resume={run_dir}", "-k", CELL(2),
+            env=env)
+    got = by_cell(results(run_dir))
+    assert sorted(got) == [CELL(i) for i in range(3)], got
+    assert all(r["status"] == "finished" and r["passed"] for r in got.values()), got

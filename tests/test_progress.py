@@ -9,7 +9,7 @@ import pytest
 
 from pytest_ponybench import progress, record as records
 from support.benchproc import (
-    ADD_TASK, GOOD_ADD, Session, bench_args, fake_env, results, run, run_dirs, wait_for, write_project,
+    ADD_TASK, GOOD_ADD, Session, bench_args, cli_stderr, fake_env, results, run, run_dirs, wait_for, write_project,
 )
 
 
@@ -107,7 +107,7 @@ def test_after_ctrl_c_the_last_line_is_the_command_that_resumes_the_run(tmp_path
     args = bench_args(root, "--runs=3", "--ponybench-timeout=300", "-n", "0")
     with Session(root, args, env) as session:
         run_dir = wait_for(lambda: run_dirs(root) and run_dirs(root)[0], 60, "the run directory", session)
-        wait_for(lambda: (run_dir / "add__baseline__haiku__1" / "_ponybench.stderr.txt").exists(),
+        wait_for(lambda: cli_stderr(run_dir / "add__baseline__haiku__1"),
                  60, "the hanging cell", session)
         session.signal(signal.SIGINT)
         code = session.wait(60)

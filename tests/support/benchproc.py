@@ -175,10 +175,22 @@ def calls(root: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def cli_stderr(workspace: Path) -> str:
+    """The CLI's stderr of a cell as it is now: in the cell's records folder while the CLI runs,
+    in the workspace once its tree is gone ("" before it starts)."""
+    from pytest_ponybench.workspace import STDERR, cli_output
+
+    for path in (cli_output(Path(workspace), STDERR), Path(workspace) / STDERR):  # the move is a rename
+        try:
+            return path.read_text(errors="replace")
+        except FileNotFoundError:
+            continue
+    return ""
+
+
 def fake_pids(workspace: Path) -> list[int]:
-    """Pids the fake CLI printed on its stderr (`fake-pid: N`), kept in the workspace."""
-    text = (Path(workspace) / "_ponybench.stderr.txt").read_text(errors="replace")
-    return [int(line.split(":", 1)[1]) for line in text.splitlines() if line.startswith("fake-pid:")]
+    """Pids the fake CLI printed on its stderr (`fake-pid: N`), wherever the harness has it."""
+    return [int(line.split(":", 1)[1]) for line in cli_stderr(workspace).splitlines() if line.startswith("fake-pid:")]
 
 
 def counting_claude(tmp: Path, real: str) -> tuple[Path, Path]:
