@@ -44,6 +44,8 @@ UNTRUSTED_GID = 64923
 MEMORY_LIMIT = 1024 * 1024 * 1024  # bytes of memory of one check call's processes (tmpfs pages count)
 PIDS_LIMIT = 256  # processes of one check call at once
 DISK_LIMIT = 256 * 1024 * 1024  # bytes one check call may write, its copies and /tmp together
+# Folders every user may write besides the temporary ones, covered by a tmpfs per call.
+WORLD_WRITABLE = ("/var/tmp", "/run/lock")
 HIDDEN_SIZE = 64 * 1024  # bytes of an empty tmpfs laid over what a check must not see
 IN_SANDBOX = False  # set in a check's process that runs in the sandbox (it then drops to UNTRUSTED_UID)
 
@@ -331,13 +333,19 @@ def enter_view(view: dict) -> None:
         if os.path.isdir(directory) and directory not in keep:
             keep[directory] = os.open(directory, os.O_PATH | os.O_DIRECTORY)
             read_only.add(directory)
+    # Every folder anyone may write (the temporary folders, /var/tmp, /run/lock): what the
+    # check writes there lands in a tmpfs of its own and is gone with the call, so nothing it
+    # writes outside its copy outlives it (a .pth file, a planted module, a filled disk).
     covers: list[str] = []
-    for directory in sorted({os.path.realpath(tempfile.gettempdir()), "/tmp", "/dev/shm"}, key=len):
+    shared = {os.path.realpath(tempfile.gettempdir()), "/tmp", "/dev/shm", *map(os.path.realpath, WORLD_WRITABLE)}
+    for directory in sorted(shared, key=len):
         if os.path.isdir(directory) and not _covered(directory, covers):  # $TMPDIR inside /tmp: covered with it
             _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={DISK_LIMIT},mode=1777")
             covers.append(directory)
-    # $HOME and the harness user's own home: a run with another $HOME (a rehearsal's, a
-    # test's) still has the interpreter under the user's own, which must stay reachable.
+    # $HOME and the harness user's own home, always: a run with another $HOME (a rehearsal's,
+    # a test's) still has the interpreter under the user's own, which must stay reachable;
+    # and what the check writes there (~/.local's site-packages, whose .pth files every later
+    # Python of the user runs) must not outlive it.
     for home in dict.fromkeys([view.get("home") or "", _own_home()]):
         covered = _cover_home(home, view.get("path") or "", covers)
         if covered:
@@ -379,20 +387,26 @@ def _own_home() -> str:
 
 
 def _cover_home(home: str | None, path: str, covers: list[str]) -> str:
-    """Cover the harness user's home when others may not enter it (root's /root, mode 0700):
-    its secrets (the CLI's credentials, the run keys, caches) are not there, and the untrusted
-    user gets an empty home of its own instead; the folders of it that hold the interpreter,
-    the harness and the programs on PATH (~/.pyenv, ~/.local, ~/.cargo, ...) are bound back
-    read-only. The covered home, or "" when it is left as it is."""
+    """Cover a home of the harness's user: its secrets (the CLI's credentials, the run keys,
+    caches) are not there, and the untrusted user gets an empty, writable home of its own
+    instead, gone with the call (a home others may enter is covered too: ~/.local's
+    site-packages, ~/.bashrc and the like run in every later process of the user, so nothing
+    the check writes may stay there); the folders of it that hold the interpreter, the harness
+    and the programs on PATH (~/.pyenv, ~/.local, ~/.cargo, ...) are bound back read-only. The
+    covered home, or "" when it is left as it is."""
     if not home:
         return ""
     home = os.path.realpath(home)
-    try:
-        mode = os.stat(home).st_mode
-    except OSError:
+    if home == "/":
         return ""
-    if home == "/" or mode & 0o001 or _covered(home, covers):
-        return ""  # others may enter it already: its files' own modes guard them
+    if _covered(home, covers):  # under a folder covered already (/var/tmp): an empty one there
+        if not os.path.isdir(home):
+            os.makedirs(home, mode=0o755)
+            os.chown(home, UNTRUSTED_UID, UNTRUSTED_GID)
+            os.chmod(home, 0o700)
+        return ""
+    if not os.path.isdir(home):
+        return ""
     needed = [*_interpreter_paths(), *[os.path.realpath(p) for p in path.split(os.pathsep) if p]]
     tops = set()
     for real in needed:

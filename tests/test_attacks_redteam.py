@@ -1079,14 +1079,19 @@ json.dump = _forging_dump
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="a check can write the user's site-packages: a .pth planted there runs "
-                                       "in every later Python of the user, the next run's checks included")
 def test_a_pth_file_planted_by_a_check_does_not_forge_the_next_run_s_verdicts(var_tmp_project):
     """Attack: outliving the cell without a process. The delivered code of run 1 writes a .pth
     file and a module into the user's site-packages (site.getusersitepackages()); Python runs
     it at the start of every later interpreter of that user, among them the next run's fork
     server, whose forked checks then write every failed verdict as a pass. Run 2 delivers a
-    wrong add. Promise: nothing outlives a cell; the wrong add fails."""
+    wrong add. Promise: nothing outlives a cell; the wrong add fails. (In the sandbox the
+    check's $HOME and every folder anyone may write are tmpfs of the call's own; without it the
+    agent's code runs as the harness's user and can write its site-packages: README "Security".)"""
+    from pytest_ponybench import sandbox
+
+    if not sandbox.support().active:
+        pytest.xfail(f"no sandbox for checks here ({sandbox.support().describe()}): the agent's code runs as "
+                     f"this user and can write its site-packages")
     home = var_tmp_project / "home"
     home.mkdir()
     plant = textwrap.dedent(f"""
