@@ -166,7 +166,8 @@ def agent_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
 SANDBOX_UID = 1000  # the agent's user inside the sandbox when the harness runs as root
 # What an unconfined agent can reach, said wherever a run goes without the sandbox.
 UNCONFINED_REACH = ("it can read and write whatever this user can, other cells, their records, results.jsonl, "
-                    "the spend ledger, the pause file and the run's key included")
+                    "the spend ledger, the pause file and the run's key included, and see and signal every "
+                    "process of this user, other cells' CLIs and the harness included")
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,8 @@ def start_process(argv, port=None, timeout=10, env=None, cwd=None):
     in the workspace, or `cwd` (the reference's copy, for a differential of two servers)."""
     proc = subprocess.Popen(
         [str(a) for a in argv], cwd=cwd or WORKSPACE, env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_preexec(),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=_preexec(argv, cwd or WORKSPACE),
     )
     _processes.append(proc)
     if port is not None:
@@ -515,7 +516,8 @@ class Program:
         try:
             return subprocess.run([*self.argv, *map(str, args)], cwd=cwd or WORKSPACE, capture_output=True, text=True,
                                   timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL,
-                                  env={**os.environ, **self.env, **(env or {})}, preexec_fn=_preexec())
+                                  env={**os.environ, **self.env, **(env or {})},
+                                  preexec_fn=_preexec([*self.argv, *map(str, args)], cwd or WORKSPACE))
         except subprocess.TimeoutExpired:
             raise AssertionError(f"`{self.name} {' '.join(map(str, args))}` did not finish within {timeout:g} s") from None
 
@@ -599,16 +601,29 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
 
 
 def _untrusted_child() -> None:
-    """preexec of the agent's programs: the sandbox's unprivileged user where there is one."""
+    """preexec of the reference's programs: the sandbox's unprivileged user where there is one."""
     remote.become_untrusted()
 
 
-def _preexec():
+def _agent_child() -> None:
+    """preexec of the agent's programs: that user too, in the view without the reference's copy."""
+    remote.become_untrusted()
+    remote.enter_agent_view()
+
+
+def _preexec(argv=(), cwd=None):
+    """What a program a check starts runs as: a program of the reference (its cwd or an
+    argument in the reference's copy: `node REFERENCE/server.js`) sees that copy; any other
+    is the agent's and does not."""
     try:
         from . import sandbox  # the sandbox branch's module, where merged
     except ImportError:
         return None
-    return _untrusted_child if getattr(sandbox, "IN_SANDBOX", False) else None
+    if not getattr(sandbox, "IN_SANDBOX", False):
+        return None
+    if remote.is_reference(cwd) or any(remote.is_reference(a) for a in argv if os.path.isabs(str(a))):
+        return _untrusted_child
+    return _agent_child
 
 
 def cleanup() -> None:

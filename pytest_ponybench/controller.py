@@ -228,7 +228,9 @@ def run_options(state, tasks: list) -> dict:
     }
 
 
-CONFINEMENT = "confinement"  # run.json: {"confined": bool, "why": why not}
+# run.json: {"confined": bool, "why": why not, "own_pids": whether the agent's CLI has a PID
+# namespace of its own (bubblewrap's), so it can neither see nor signal other cells or the harness}
+CONFINEMENT = "confinement"
 # Stored in run.json to say how the run was made, not what it is made of: a resume on a
 # machine without the sandbox, or where the agent cannot be confined, is still the same run.
 NOT_COMPARED = {"sandbox", CONFINEMENT}
@@ -349,7 +351,7 @@ class Controller:
         # Where the agent ran, and what the checks of this run ran in (sandbox.py) with what
         # this machine lacked: kept with the run, never compared on resume (a host may differ).
         options[CONFINEMENT] = {"confined": confined, "why": "" if confined else (
-            "--ponybench-no-confine" if box is None else box.problem),
+            "--ponybench-no-confine" if box is None else box.problem), "own_pids": confined,
             "limits": agent.limits_record(state.agent_limits(), sandbox.support().cgroup, sandbox.support().cgroup_kind)}
         state.run_dir.write_options({**options, "sandbox": sandbox.support().as_record()})
 

@@ -56,6 +56,9 @@ class AgentProcessDied(BaseException):
     check's `except Exception` (a refusal is fine) must not read a dead host as a refusal."""
 
 
+# Handles of the view without the good reference's copy (sandbox.agent_view), made by the
+# check's process in the sandbox: the hosts of the agent's trees and its programs join it.
+AGENT_VIEW: tuple[int, int] | None = None
 _broken: list[str] = []
 _reply_errors: list = []  # the last exception a reply carried (not an interruption of the wait)
 
@@ -78,6 +81,26 @@ def _set_non_dumpable() -> None:
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except (OSError, AttributeError):
         pass
+
+
+def is_reference(path) -> bool:
+    """Is `path` the good reference's copy, or in it (a tree the reference's host runs)?"""
+    from . import checklib
+
+    if checklib.REFERENCE is None or not path:
+        return False
+    reference = os.path.realpath(str(checklib.REFERENCE))
+    real = os.path.realpath(str(path))
+    return real == reference or real.startswith(reference.rstrip("/") + "/")
+
+
+def enter_agent_view() -> None:
+    """In a process that will run the agent's code: the view without the reference's copy,
+    where the check made one (AGENT_VIEW); else nothing."""
+    if AGENT_VIEW is not None:
+        from . import sandbox
+
+        sandbox.enter_agent_view(AGENT_VIEW)
 
 
 def become_untrusted() -> None:
@@ -1142,6 +1165,8 @@ def start_host(root: str) -> Endpoint:
         code = 0
         try:
             ours.close()
+            if not is_reference(root):  # the agent's code: it must not see the answer key
+                enter_agent_view()
             keep = theirs.fileno()
             os.closerange(3, keep)
             os.closerange(keep + 1, 1 << 16)

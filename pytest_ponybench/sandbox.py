@@ -45,11 +45,14 @@ UNTRUSTED_GID = 64923
 MEMORY_LIMIT = 1024 * 1024 * 1024  # bytes of memory of one check call's processes (tmpfs pages count)
 PIDS_LIMIT = 256  # processes of one check call at once
 DISK_LIMIT = 256 * 1024 * 1024  # bytes one check call may write, its copies and /tmp together
+# Folders every user may write besides the temporary ones, covered by a tmpfs per call.
+WORLD_WRITABLE = ("/var/tmp", "/run/lock")
 HIDDEN_SIZE = 64 * 1024  # bytes of an empty tmpfs laid over what a check must not see
 IN_SANDBOX = False  # set in a check's process that runs in the sandbox (it then drops to UNTRUSTED_UID)
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWUSER = 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
@@ -65,6 +68,7 @@ class Support:
     overlay: str = ""  # why the disk cap of the copy (an overlay on a tmpfs) is missing
     cgroup: str = ""  # why memory and process limits are missing
     cgroup_kind: str = ""  # "v1" or "v2" when present
+    views: str = ""  # why the agent's code cannot be given a view without the reference's copy
 
     @property
     def active(self) -> bool:
@@ -80,6 +84,8 @@ class Support:
             said.append(f"no disk cap for a check's copy ({self.overlay})")
         if self.cgroup:
             said.append(f"no memory or process limits ({self.cgroup})")
+        if self.views:
+            said.append(f"the good reference's copy is readable by the agent's code ({self.views})")
         return said
 
     def describe(self) -> str:
@@ -126,7 +132,7 @@ def _detect() -> Support:
     if _machine_clone_number() is None:
         why = f"clone is not wired for {os.uname().machine}"
         return Support(why, why, why, why)
-    namespaces = user = overlay = ""
+    namespaces = user = overlay = views = ""
     probe = tempfile.mkdtemp(prefix="ponybench-sandbox-probe-")
     try:
         os.mkdir(os.path.join(probe, "low"))
@@ -147,10 +153,12 @@ def _detect() -> Support:
                 user = f"cannot switch to uid {UNTRUSTED_UID}"
             if code < 0 or code & 4:
                 overlay = "overlayfs cannot be mounted"
+            if code < 0 or code & 8:
+                views = f"uid {UNTRUSTED_UID} cannot make a user namespace here"
     finally:
         _remove_tree(probe)
     cgroup, kind = _detect_cgroup()
-    return Support(namespaces, user, overlay, cgroup, kind)
+    return Support(namespaces, user, overlay, cgroup, kind, views)
 
 
 def _probe_child(probe: str) -> int:
@@ -173,7 +181,9 @@ def _probe_child(probe: str) -> int:
         if os.getuid() != UNTRUSTED_UID:
             code |= 2
     except OSError:
-        code |= 2
+        return code | 2 | 8
+    if _libc().unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:  # what agent_view() needs
+        code |= 8
     return code
 
 
@@ -207,6 +217,99 @@ def hand_over(root: str) -> None:
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
             os.lchown(os.path.join(folder, name), UNTRUSTED_UID, UNTRUSTED_GID)
+
+
+# --- the agent's view: a check's tree without the reference's copy -----------------------------
+#
+# A differential check compares the delivered code with the good reference, copied beside it.
+# The check's process and the reference's host must read that copy; the agent's code (its
+# host, the programs of the agent's a check starts) must not, and they all run as the same
+# untrusted user. So the check's process, while still root, makes a user and a mount
+# namespace owned by that user in which the copy is covered by an empty tmpfs, and keeps a
+# handle on each (`agent_view`); each process that will run the agent's code joins them
+# (`enter_agent_view`) and drops every capability. A process of that user outside cannot
+# join them (joining a mount namespace needs CAP_SYS_CHROOT where it is), and one inside
+# cannot reach what the process outside see through /proc/PID/root: a process of a child
+# user namespace may not read the /proc links of one of the parent's without CAP_SYS_PTRACE
+# there. Mounts copied into a namespace made later inside are locked: the tmpfs stays.
+
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def agent_view(hide: list[str]) -> tuple[int, int] | None:
+    """In a check's process, as root, before it drops to UNTRUSTED_UID: handles (user, mount
+    namespace) of a view in which every directory of `hide` is an empty, read-only tmpfs;
+    None where it cannot be made (Support.views says why, once)."""
+    hide = [os.path.realpath(h) for h in hide if h and os.path.isdir(h)]
+    if not hide or support().views:
+        return None
+    ready_read, ready_write = os.pipe()
+    hold_read, hold_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # drops, makes the namespaces, covers, says so, waits to be let go
+        code = 1
+        try:
+            os.close(ready_read)
+            os.close(hold_write)
+            os.setgroups([])
+            os.setresgid(UNTRUSTED_GID, UNTRUSTED_GID, UNTRUSTED_GID)
+            os.setresuid(UNTRUSTED_UID, UNTRUSTED_UID, UNTRUSTED_UID)  # the namespace's owner
+            if _libc().unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+                raise OSError(ctypes.get_errno(), "unshare")
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            for path in hide:
+                _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+            os.write(ready_write, b"1")
+            os.read(hold_read, 1)  # until the check's process holds the namespaces
+            code = 0
+        except BaseException:
+            pass
+        os._exit(code)
+    os.close(ready_write)
+    os.close(hold_read)
+    handles: list[int] = []
+    try:
+        if os.read(ready_read, 1) != b"1":
+            return None
+        for name, text in (("uid_map", f"{UNTRUSTED_UID} {UNTRUSTED_UID} 1"), ("setgroups", "deny"),
+                           ("gid_map", f"{UNTRUSTED_GID} {UNTRUSTED_GID} 1")):
+            with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as fh:
+                fh.write(text)
+        handles = [os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC) for ns in ("user", "mnt")]
+        return handles[0], handles[1]
+    except OSError:
+        for fd in handles:
+            os.close(fd)
+        return None
+    finally:
+        os.close(ready_read)
+        os.close(hold_write)
+        os.waitpid(pid, 0)
+
+
+def enter_agent_view(view: tuple[int, int]) -> None:
+    """In a process that will run the agent's code (UNTRUSTED_UID, single-threaded): join the
+    view of `agent_view`, at the same working directory, with no capability left. Raises
+    OSError when it cannot: the caller must then not run the agent's code."""
+    here = os.getcwd()
+    libc = _libc()
+    for fd, kind in zip(view, (CLONE_NEWUSER, CLONE_NEWNS)):
+        if libc.setns(fd, kind) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns: {os.strerror(err)}")
+    os.chdir(here)  # joining a mount namespace moves to its root
+    none = (_CapData * 2)()
+    if libc.capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), none) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
 
 
 # --- namespaces ---------------------------------------------------------------------------------
@@ -332,13 +435,19 @@ def enter_view(view: dict) -> None:
         if os.path.isdir(directory) and directory not in keep:
             keep[directory] = os.open(directory, os.O_PATH | os.O_DIRECTORY)
             read_only.add(directory)
+    # Every folder anyone may write (the temporary folders, /var/tmp, /run/lock): what the
+    # check writes there lands in a tmpfs of its own and is gone with the call, so nothing it
+    # writes outside its copy outlives it (a .pth file, a planted module, a filled disk).
     covers: list[str] = []
-    for directory in sorted({os.path.realpath(tempfile.gettempdir()), "/tmp", "/dev/shm"}, key=len):
+    shared = {os.path.realpath(tempfile.gettempdir()), "/tmp", "/dev/shm", *map(os.path.realpath, WORLD_WRITABLE)}
+    for directory in sorted(shared, key=len):
         if os.path.isdir(directory) and not _covered(directory, covers):  # $TMPDIR inside /tmp: covered with it
             _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, f"size={DISK_LIMIT},mode=1777")
             covers.append(directory)
-    # $HOME and the harness user's own home: a run with another $HOME (a rehearsal's, a
-    # test's) still has the interpreter under the user's own, which must stay reachable.
+    # $HOME and the harness user's own home, always: a run with another $HOME (a rehearsal's,
+    # a test's) still has the interpreter under the user's own, which must stay reachable;
+    # and what the check writes there (~/.local's site-packages, whose .pth files every later
+    # Python of the user runs) must not outlive it.
     for home in dict.fromkeys([view.get("home") or "", _own_home()]):
         covered = _cover_home(home, view.get("path") or "", covers)
         if covered:
@@ -380,20 +489,26 @@ def _own_home() -> str:
 
 
 def _cover_home(home: str | None, path: str, covers: list[str]) -> str:
-    """Cover the harness user's home when others may not enter it (root's /root, mode 0700):
-    its secrets (the CLI's credentials, the run keys, caches) are not there, and the untrusted
-    user gets an empty home of its own instead; the folders of it that hold the interpreter,
-    the harness and the programs on PATH (~/.pyenv, ~/.local, ~/.cargo, ...) are bound back
-    read-only. The covered home, or "" when it is left as it is."""
+    """Cover a home of the harness's user: its secrets (the CLI's credentials, the run keys,
+    caches) are not there, and the untrusted user gets an empty, writable home of its own
+    instead, gone with the call (a home others may enter is covered too: ~/.local's
+    site-packages, ~/.bashrc and the like run in every later process of the user, so nothing
+    the check writes may stay there); the folders of it that hold the interpreter, the harness
+    and the programs on PATH (~/.pyenv, ~/.local, ~/.cargo, ...) are bound back read-only. The
+    covered home, or "" when it is left as it is."""
     if not home:
         return ""
     home = os.path.realpath(home)
-    try:
-        mode = os.stat(home).st_mode
-    except OSError:
+    if home == "/":
         return ""
-    if home == "/" or mode & 0o001 or _covered(home, covers):
-        return ""  # others may enter it already: its files' own modes guard them
+    if _covered(home, covers):  # under a folder covered already (/var/tmp): an empty one there
+        if not os.path.isdir(home):
+            os.makedirs(home, mode=0o755)
+            os.chown(home, UNTRUSTED_UID, UNTRUSTED_GID)
+            os.chmod(home, 0o700)
+        return ""
+    if not os.path.isdir(home):
+        return ""
     needed = [*_interpreter_paths(), *[os.path.realpath(p) for p in path.split(os.pathsep) if p]]
     tops = set()
     for real in needed:

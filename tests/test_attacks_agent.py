@@ -166,7 +166,7 @@ def test_confined_the_run_and_every_cell_are_untouched(confined):
     assert not (run_dir / "_ponybench.pause.json").exists()
     assert not any(p.is_symlink() for p in run_dir.rglob("*")), "a link was planted in the run directory"
     options = json.loads((run_dir / "run.json").read_text())
-    assert (options["confinement"]["confined"], options["confinement"]["why"]) == (True, "")
+    assert (options["confinement"]["confined"], options["confinement"]["why"], options["confinement"]["own_pids"]) == (True, "", True)
 
 
 def test_confined_a_hopping_daemon_is_gone_when_its_cell_ends(confined):

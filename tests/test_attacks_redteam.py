@@ -338,12 +338,20 @@ def test_pointing_the_reference_at_the_delivered_code_does_not_pass(tmp_path):
     assert not judged(ws, DIFFERENTIAL_CHECK, reference=good_reference(tmp_path))["correct"].ok
 
 
-@pytest.mark.xfail(strict=True, reason="the good reference's copy is readable by the agent's code, which can "
-                                       "import it and return its answers")
+def without_a_reference_view():
+    """An xfail where checks run without a view that hides the reference's copy (no sandbox,
+    or no user namespace for its user): the agent's code can read that copy there."""
+    from pytest_ponybench import sandbox
+
+    if not sandbox.support().active or sandbox.support().views:
+        pytest.xfail(f"the agent's code can read the reference's copy here: {sandbox.support().describe()}")
+
+
 def test_delivered_code_that_answers_with_the_good_reference_read_from_disk_does_not_pass(tmp_path):
     """Attack: the delivered add does no work of its own: it finds the good reference the
     harness copied for the check (next to the check's copy, under the same temporary folder)
     and returns its answers. Promise: the agent's code cannot see the answer key."""
+    without_a_reference_view()
     ws = cell_workspace(tmp_path / "cell", textwrap.dedent("""
         import glob, importlib.util, os, tempfile
         def _stolen():
@@ -362,6 +370,60 @@ def test_delivered_code_that_answers_with_the_good_reference_read_from_disk_does
             return honest(a, b) if honest else a - b
         """))
     assert not judged(ws, DIFFERENTIAL_CHECK, reference=good_reference(tmp_path))["correct"].ok
+
+
+# The delivered add looks for the reference's copy (beside its own: the harness copies both into
+# one scratch folder) every way a process of its user might reach it: at its path, and through
+# the root and working directory of every process it can see, the reference's running
+# program's among them.
+REFERENCE_HUNT = """
+import importlib.util, os
+_MINE = os.path.realpath(__file__)
+def _hunt():
+    here = os.path.dirname(_MINE)
+    reference = os.path.join(os.path.dirname(here), "reference", os.path.basename(here))
+    pids = [pid for pid in os.listdir("/proc") if pid.isdigit()]
+    ways = [reference] + [f"/proc/{pid}/root{reference}" for pid in pids] + [f"/proc/{pid}/cwd" for pid in pids]
+    for way in ways:
+        path = os.path.join(way, "add.py")
+        try:
+            if os.path.realpath(path) == _MINE or os.stat(path).st_ino == os.stat(_MINE).st_ino:
+                continue
+            spec = importlib.util.spec_from_file_location("stolen_reference", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module.add
+        except (OSError, AttributeError, ImportError):
+            continue
+    return None
+def add(a, b):
+    honest = _hunt()
+    return honest(a, b) if honest else a - b
+"""
+
+
+@pytest.mark.parametrize("who", ["host", "program"])
+def test_the_agent_s_code_cannot_reach_the_reference_through_a_running_reference_program(tmp_path, who):
+    """Attack: the check runs a program of the reference's (here `sleep`, started in the
+    reference's copy, as a differential of two servers starts the reference's server), and the
+    delivered code, in its host or run as a program of its own, reads the reference's add
+    through that process's /proc/PID/root or cwd, or at its path. Promise: the agent's code
+    cannot see the answer key."""
+    without_a_reference_view()
+    ws = cell_workspace(tmp_path / "cell", REFERENCE_HUNT)
+    (ws / "main.py").write_text("import add, sys\nprint(add.add(int(sys.argv[1]), int(sys.argv[2])))\n")
+    check = ('from pytest_ponybench import checklib\n'
+             'start_process(["sleep", "60"], cwd=checklib.REFERENCE)\n')
+    if who == "host":
+        check += 'add = find_function(load(FILE), "add")\nassert add(2, 3) == 5, "add(2, 3) is not 5"\n'
+    else:
+        check += ('import sys\n'
+                  'done = checklib.Program("main.py", (sys.executable, str(checklib.WORKSPACE / "main.py")),'
+                  ' {"PYTHONPATH": str(checklib.WORKSPACE)}).run(2, 3)\n'
+                  'assert done.stdout.strip() == "5", (done.stdout, done.stderr[-500:])\n')
+    verdict = judged(ws, check, reference=good_reference(tmp_path))["correct"]
+    assert not verdict.ok, "the delivered code answered with the reference's add"
+    assert "is not 5" in verdict.reason or "'-1" in verdict.reason, verdict.reason
 
 
 def a_task(tmp_path: Path, checks_code: str, refs: bool = True) -> TaskSpec:
@@ -1088,14 +1150,19 @@ json.dump = _forging_dump
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="a check can write the user's site-packages: a .pth planted there runs "
-                                       "in every later Python of the user, the next run's checks included")
 def test_a_pth_file_planted_by_a_check_does_not_forge_the_next_run_s_verdicts(var_tmp_project):
     """Attack: outliving the cell without a process. The delivered code of run 1 writes a .pth
     file and a module into the user's site-packages (site.getusersitepackages()); Python runs
     it at the start of every later interpreter of that user, among them the next run's fork
     server, whose forked checks then write every failed verdict as a pass. Run 2 delivers a
-    wrong add. Promise: nothing outlives a cell; the wrong add fails."""
+    wrong add. Promise: nothing outlives a cell; the wrong add fails. (In the sandbox the
+    check's $HOME and every folder anyone may write are tmpfs of the call's own; without it the
+    agent's code runs as the harness's user and can write its site-packages: README "Security".)"""
+    from pytest_ponybench import sandbox
+
+    if not sandbox.support().active:
+        pytest.xfail(f"no sandbox for checks here ({sandbox.support().describe()}): the agent's code runs as "
+                     f"this user and can write its site-packages")
     home = var_tmp_project / "home"
     home.mkdir()
     plant = textwrap.dedent(f"""

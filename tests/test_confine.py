@@ -124,7 +124,7 @@ def test_without_bubblewrap_the_run_goes_unconfined_and_says_so_in_the_header_an
     assert f"ponybench: the agent runs unconfined: {why}; it can read and write whatever this user can" in header
     run_dir = only_run_dir(root)
     confinement = json.loads((run_dir / "run.json").read_text())["confinement"]
-    assert (confinement["confined"], confinement["why"]) == (False, why)  # its "limits": test_agent_limits.py
+    assert (confinement["confined"], confinement["why"], confinement["own_pids"]) == (False, why, False)  # its "limits": test_agent_limits.py
     assert record_data(run_dir / "add__baseline__haiku__0", "agent")["confined"] is False
 
 
@@ -145,7 +145,7 @@ def test_ini_turns_confinement_off_and_a_bad_value_is_named(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
     assert "ponybench: the agent runs unconfined (--ponybench-no-confine)" in done.stdout
     confinement = json.loads((only_run_dir(root) / "run.json").read_text())["confinement"]
-    assert (confinement["confined"], confinement["why"]) == (False, "--ponybench-no-confine")
+    assert (confinement["confined"], confinement["why"], confinement["own_pids"]) == (False, "--ponybench-no-confine", False)
     bad = tmp_path / "bad"
     write_project(bad, {"add": ADD_TASK})
     (bad / "pytest.ini").write_text("[pytest]\ntestpaths = tasks\nponybench_confine = maybe\n")
