@@ -229,7 +229,8 @@ def run_options(state, tasks: list) -> dict:
 
 
 # run.json: {"confined": bool, "why": why not, "own_pids": whether the agent's CLI has a PID
-# namespace of its own (bubblewrap's), so it can neither see nor signal other cells or the harness}
+# namespace of its own (bubblewrap's), so it can neither see nor signal other cells or the harness,
+# "limits": the agent's cgroup (agent.limits_record), or why it has none}
 CONFINEMENT = "confinement"
 # Stored in run.json to say how the run was made, not what it is made of: a resume on a
 # machine without the sandbox, or where the agent cannot be confined, is still the same run.
