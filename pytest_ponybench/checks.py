@@ -243,6 +243,7 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
         # Made while this process is root: the view the agent's code runs in, without the
         # reference's copy (sandbox.agent_view; its hosts and programs join it).
         remote.AGENT_VIEW = sandbox.agent_view([reference])
+        checklib.guard_programs()  # the agent's programs a check starts its own way join that view too
     # In the sandbox this process drops to the untrusted user too: what the check makes in
     # the copy (folders, files, a database) must be the agent's code's to write. The verdict
     # stays out of that code's reach all the same: it runs in hosts (remote.py) that keep no

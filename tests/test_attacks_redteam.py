@@ -402,7 +402,7 @@ def add(a, b):
 """
 
 
-@pytest.mark.parametrize("who", ["host", "program"])
+@pytest.mark.parametrize("who", ["host", "program", "plain subprocess"])
 def test_the_agent_s_code_cannot_reach_the_reference_through_a_running_reference_program(tmp_path, who):
     """Attack: the check runs a program of the reference's (here `sleep`, started in the
     reference's copy, as a differential of two servers starts the reference's server), and the
@@ -416,10 +416,15 @@ def test_the_agent_s_code_cannot_reach_the_reference_through_a_running_reference
              'start_process(["sleep", "60"], cwd=checklib.REFERENCE)\n')
     if who == "host":
         check += 'add = find_function(load(FILE), "add")\nassert add(2, 3) == 5, "add(2, 3) is not 5"\n'
-    else:
+    elif who == "program":
         check += ('import sys\n'
                   'done = checklib.Program("main.py", (sys.executable, str(checklib.WORKSPACE / "main.py")),'
                   ' {"PYTHONPATH": str(checklib.WORKSPACE)}).run(2, 3)\n'
+                  'assert done.stdout.strip() == "5", (done.stdout, done.stderr[-500:])\n')
+    else:  # a check that starts the delivered program itself, as four shipped tasks' checks do
+        check += ('import os, subprocess, sys\n'
+                  'done = subprocess.run([sys.executable, "main.py", "2", "3"], capture_output=True, text=True,'
+                  ' timeout=30, env={**os.environ, "PYTHONPATH": str(checklib.WORKSPACE)})\n'
                   'assert done.stdout.strip() == "5", (done.stdout, done.stderr[-500:])\n')
     verdict = judged(ws, check, reference=good_reference(tmp_path))["correct"]
     assert not verdict.ok, "the delivered code answered with the reference's add"
