@@ -54,14 +54,20 @@ def test_confinement_absorbs_only_writes_to_the_agents_own_tmpdir(tmp_path):
     ws.mkdir(parents=True)
     scratch = agent.private_tmp()
     assert agent.absorbed_by_confinement(f"{scratch}/notes.txt", ws, {"HOME": "/root"})
+    # The CLI's configuration folder is a tmpfs of the cell's own (agent.private_config).
+    assert agent.absorbed_by_confinement("/root/.claude/settings.json", ws, {"HOME": "/root"})
+    assert agent.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/.claude/x", ws,
+                                         {"HOME": "/tmp/ponybench-rehearsal-home-x"})
+    assert agent.absorbed_by_confinement("/srv/conf/skills/x.md", ws, {"HOME": "/root", "CLAUDE_CONFIG_DIR": "/srv/conf"})
     # Bound from the host, so a write there is real: the workspace and a rehearsal's home.
     assert not agent.absorbed_by_confinement(str(ws / "a.py"), ws, {"HOME": "/root"})
-    assert not agent.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/.claude/x", ws,
+    assert not agent.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/notes.txt", ws,
                                              {"HOME": "/tmp/ponybench-rehearsal-home-x"})
     # Elsewhere the system is read-only under confinement: a write there that succeeded is real.
     assert not agent.absorbed_by_confinement("/tmp/elsewhere.txt", ws, {"HOME": "/root"})
     assert not agent.absorbed_by_confinement(f"{scratch}-not/x", ws, {"HOME": "/root"})
-    assert not agent.absorbed_by_confinement("/root/.claude/settings.json", ws, {"HOME": "/root"})
+    assert not agent.absorbed_by_confinement("/root/.claude-not/x", ws, {"HOME": "/root"})
+    assert not agent.absorbed_by_confinement("/root/.claude.json", ws, {"HOME": "/root"})
 
 
 def test_budget_figures_read_as_dollars():
