@@ -630,23 +630,29 @@ class _ProgramOfTheCheck(subprocess.Popen):
     """subprocess.Popen in a check's process: a program started without the helper API (a
     check's own `subprocess.run([sys.executable, "todo.py", ...])`) runs as `start_process`
     would start it, so the agent's program never sees the reference's copy whichever way the
-    check starts it. A `preexec_fn` of the check's own runs after."""
+    check starts it. A `preexec_fn` of the check's own runs after. Only in the check's own
+    process: a host forked from it (remote.py) runs the agent's or the reference's code in its
+    view already, and its programs stay there as they would anywhere."""
+
+    check_pid: int | None = None
 
     def __init__(self, args, *more, **options):
-        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-        chosen = _preexec([os.fsdecode(a) for a in argv if isinstance(a, (str, bytes, os.PathLike))],
-                          options.get("cwd") or WORKSPACE)
         own = options.get("preexec_fn")
         # Started by the helper API (its choice made already), or with positional options
-        # (rare): left as they came.
-        if chosen is not None and not more and own not in (_agent_child, _untrusted_child):
-            options["preexec_fn"] = chosen if own is None else (lambda: (chosen(), own()))
+        # (rare), or in a host: left as they came.
+        if os.getpid() == _ProgramOfTheCheck.check_pid and not more and own not in (_agent_child, _untrusted_child):
+            argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+            chosen = _preexec([os.fsdecode(a) for a in argv if isinstance(a, (str, bytes, os.PathLike))],
+                              options.get("cwd") or WORKSPACE)
+            if chosen is not None:
+                options["preexec_fn"] = chosen if own is None else (lambda: (chosen(), own()))
         super().__init__(args, *more, **options)
 
 
 def guard_programs() -> None:
     """Every program this check's process starts through subprocess is the agent's unless it
     runs from the reference's copy (_preexec). Called once, in the check's own process."""
+    _ProgramOfTheCheck.check_pid = os.getpid()
     subprocess.Popen = _ProgramOfTheCheck
 
 

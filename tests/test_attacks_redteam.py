@@ -431,6 +431,22 @@ def test_the_agent_s_code_cannot_reach_the_reference_through_a_running_reference
     assert "is not 5" in verdict.reason or "'-1" in verdict.reason, verdict.reason
 
 
+def test_delivered_code_that_starts_a_program_of_its_own_still_works_beside_a_reference(tmp_path):
+    """Not an attack: delivered code may run programs (git, a compiler, itself). In a check with
+    a reference, the check's process starts its programs in the agent's view
+    (checklib.guard_programs); a host forked from it is in that view already, and its own
+    programs must start there as anywhere else, not fail in their preexec."""
+    without_a_reference_view()
+    ws = cell_workspace(tmp_path / "cell", textwrap.dedent("""
+        import subprocess, sys
+        def add(a, b):
+            done = subprocess.run([sys.executable, "-c", f"print({a} + {b})"], capture_output=True, text=True, timeout=30)
+            return int(done.stdout.strip() or done.stderr.strip()[-200:])
+        """))
+    verdict = judged(ws, DIFFERENTIAL_CHECK, reference=good_reference(tmp_path))["correct"]
+    assert verdict.ok, verdict.reason
+
+
 def a_task(tmp_path: Path, checks_code: str, refs: bool = True) -> TaskSpec:
     from pytest_ponybench.spec import Refs
 
