@@ -490,8 +490,10 @@ def over_built(files: dict[str, str]) -> dict[str, str]:
 
 
 def _stub_python(content: str) -> str | None:
+    from .spec import parse_python
+
     try:
-        tree = ast.parse(content)
+        tree = parse_python(content)
     except SyntaxError:
         return None
     for node in ast.walk(tree):

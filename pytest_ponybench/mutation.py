@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cell, workspace
-from .spec import TaskSpec
+from .spec import TaskSpec, parse_python
 
 TARGET = 0.90  # the score every shipped task keeps (killed / behaviour-changing mutants)
 LANGUAGES = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript"}
@@ -177,13 +177,13 @@ def _put(parent, name, index, new) -> None:
 def python_mutants(rel: str, source: str, lines: set[int] | None = None) -> list[Mutant]:
     """The mutants of a Python file; only sites starting on `lines` (1-based) when given."""
     try:
-        count = len(_sites(ast.parse(source)))
+        count = len(_sites(parse_python(source)))
     except SyntaxError:
         return []
-    original = ast.unparse(ast.parse(source))
+    original = ast.unparse(parse_python(source))
     mutants, seen = [], {original}
     for k in range(count):
-        tree = ast.parse(source)  # a fresh tree per mutant: the makers reuse the old children
+        tree = parse_python(source)  # a fresh tree per mutant: the makers reuse the old children
         node, parent, name, index, operator, make = _sites(tree)[k]
         if lines is not None and getattr(node, "lineno", 0) not in lines:
             continue
@@ -306,7 +306,7 @@ def score(task: TaskSpec, workers: int | None = None, cache: Path | None = None,
     found = [m for m in mutants(task) if _parses(m)]
     if not found:
         return Score(task.name, problem="no mutable Python or JavaScript line in the good reference")
-    baseline = {rel: (ast.unparse(ast.parse(text)) if LANGUAGES.get(Path(rel).suffix) == "python" else text)
+    baseline = {rel: (ast.unparse(parse_python(text)) if LANGUAGES.get(Path(rel).suffix) == "python" else text)
                 for rel, text in task.refs.good.items()}
     key_base = [harness, task.name, task.spec_hash, workspace_fingerprint(task)]
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -75,12 +76,26 @@ def named_checks(code: str) -> list[str]:
     return list(_named_checks(code))
 
 
+# CPython 3.11 keeps the AST converter's recursion depth per interpreter, not per thread: two
+# threads parsing at once can raise "SystemError: AST constructor recursion depth mismatch"
+# (seen in CI, the mutation selftest scoring mutants on threads). The harness parses under this.
+AST_LOCK = threading.Lock()
+
+
+def parse_python(code: str):
+    """ast.parse, one thread at a time (AST_LOCK)."""
+    import ast
+
+    with AST_LOCK:
+        return ast.parse(code)
+
+
 @functools.lru_cache(maxsize=1024)  # a check's code is walked once per process, not per load
 def _named_checks(code: str) -> tuple[str, ...]:
     import ast
 
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except SyntaxError:
         return ()
     return tuple(node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
