@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procs
+from . import sandbox as check_sandbox  # its cgroup serves the agent too; sandbox() below is bubblewrap
 from . import record as records
 from .rundir import _parent_fd, keep_room, release_room, valid_cost
 
@@ -408,16 +409,11 @@ class AgentLimits:
         return {"memory": self.memory, "pids": self.pids}
 
 
-def mib(size: int) -> str:
-    """A byte count as people write it: '4 GiB', '256 MiB'."""
-    return f"{size / 1024 ** 3:g} GiB" if size % 1024 ** 3 == 0 else f"{size / 1024 ** 2:g} MiB"
-
-
 def limits_phrase(limits: AgentLimits, problem: str) -> str:
     """What bounds the agent's processes on this machine, for the header line."""
     if problem:
         return f"no memory or process limits for the agent ({problem})"
-    return f"at most {mib(limits.memory)} of memory and {limits.pids} processes (a cgroup)"
+    return f"at most {check_sandbox.byte_size(limits.memory)} of memory and {limits.pids} processes (a cgroup)"
 
 
 def limits_record(limits: AgentLimits, problem: str, kind: str) -> dict:
@@ -429,14 +425,8 @@ def limits_record(limits: AgentLimits, problem: str, kind: str) -> dict:
 
 def limit_hit(said: dict | None) -> str:
     """The one sentence of a cell whose agent ran into a limit of its cgroup ("" for none)."""
-    said = said or {}
-    hit = []
-    if said.get("memory"):
-        hit.append(f"its memory limit ({mib(int(said.get('memory_bytes') or 0))}, --ponybench-agent-memory): "
-                   f"the kernel killed a process for it")
-    if said.get("pids"):
-        hit.append(f"its limit of {said.get('pids_max')} processes (--ponybench-agent-pids): a fork was refused")
-    return f"the agent's process tree ran into {' and '.join(hit)}" if hit else ""
+    met = check_sandbox.limits_met(said, "--ponybench-agent-memory", "--ponybench-agent-pids")
+    return f"the agent's process tree ran into {met}" if met else ""
 
 
 TRANSCRIPT_ROOM = 1024 * 1024  # bytes kept allocated for the transcript while the CLI runs

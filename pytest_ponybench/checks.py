@@ -133,14 +133,8 @@ def _view(scratch: Path, workspace: Path, writable: list, transcript: Path | Non
 
 def _limits_said(report: dict | None) -> str:
     """What the call's cgroup says it ran into, as the end of a sentence ("" for nothing)."""
-    hit = (report or {}).get("limits") or {}
-    said = []
-    if hit.get("memory"):
-        said.append(f"its memory limit ({int(hit.get('memory_bytes') or 0) // (1024 * 1024)} MiB: "
-                    f"a process was killed for it)")
-    if hit.get("pids"):
-        said.append(f"its limit of {hit.get('pids_max')} processes (a fork was refused)")
-    return f"; the check's processes ran into {' and '.join(said)}" if said else ""
+    met = sandbox.limits_met((report or {}).get("limits"))
+    return f"; the check's processes ran into {met}" if met else ""
 
 
 def _verdict(axis: str, timeout: float, report: dict | None, graders_only: bool = False) -> Verdict:

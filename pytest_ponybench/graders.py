@@ -31,6 +31,7 @@ that an instrument error of the cell, never a timeout of the agent).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -267,10 +268,11 @@ def check_code(runnable: list[dict]) -> str:
     return f"from pytest_ponybench.graders import assert_graders\nassert_graders({spec!r})\n"
 
 
+@functools.lru_cache(maxsize=256)
 def is_check_code(code: str) -> bool:
     """Whether a check's code is exactly a graders check (an import of `assert_graders` and one
     call of it with a literal string): code that runs nothing of the agent's, whose output
-    only the graders write."""
+    only the graders write. Cached: every call of a check asks, and parsing takes a lock."""
     import ast
 
     from .spec import parse_python

@@ -111,11 +111,11 @@ def _chunks(pieces: Iterable[str | bytes], size: int = 1 << 16) -> Iterator[byte
         yield b"".join(held)
 
 
-def write_atomic(path: Path, text: str | bytes | Iterable[str], mode: int = 0o644) -> None:
+def write_atomic(path: Path, text: str | bytes | Iterable[str | bytes], mode: int = 0o644) -> None:
     """Write beside, then rename over: a reader (or a resume after a kill) sees the old file
     or the new one, never half of one. The temporary is created exclusively without following
     links (O_EXCL | O_NOFOLLOW) in a folder opened without following a link, and the rename
-    replaces a link at `path` instead of writing through it. `text` may be pieces of text,
+    replaces a link at `path` instead of writing through it. `text` may be pieces of text (or bytes),
     written as they come: a report of 10,000 cells is never one string in memory."""
     path = Path(path)
     pieces = [text] if isinstance(text, (str, bytes)) else text

@@ -592,6 +592,26 @@ def _own_cgroup_paths() -> dict[str, str]:
         pass
     return paths
 
+def byte_size(size: int) -> str:
+    """A byte count as people write it: '4 GiB', '256 MiB'."""
+    return f"{size / 1024 ** 3:g} GiB" if size % 1024 ** 3 == 0 else f"{size / 1024 ** 2:g} MiB"
+
+
+def limits_met(said: dict | None, memory_option: str = "", pids_option: str = "") -> str:
+    """The limits a group's processes ran into, as the end of a sentence ("" for none), for
+    the agent's cell and for a check alike. `said` is `CallCgroup.hit()` with the group's
+    "memory_bytes" and "pids_max" beside it; an option that sets a limit is named with it."""
+    said = said or {}
+    met = []
+    if said.get("memory"):
+        named = f", {memory_option}" if memory_option else ""
+        met.append(f"its memory limit ({byte_size(int(said.get('memory_bytes') or 0))}{named}): "
+                   f"the kernel killed a process for it")
+    if said.get("pids"):
+        named = f" ({pids_option})" if pids_option else ""
+        met.append(f"its limit of {said.get('pids_max')} processes{named}: a fork was refused")
+    return " and ".join(met)
+
 
 @dataclass
 class CallCgroup:

@@ -216,7 +216,22 @@ def test_sizes_read_as_people_write_them():
 
     assert agent_memory("4G") == agent_memory("4GiB") == agent_memory("4gb") == 4 * 1024 ** 3
     assert agent_memory("512M") == agent_memory(str(512 * 1024 ** 2)) == 512 * 1024 ** 2
-    assert agent.mib(4 * 1024 ** 3) == "4 GiB" and agent.mib(384 * 1024 ** 2) == "384 MiB"
+    assert sandbox.byte_size(4 * 1024 ** 3) == "4 GiB" and sandbox.byte_size(384 * 1024 ** 2) == "384 MiB"
+
+
+def test_the_agent_and_a_check_say_a_limit_in_the_same_words():
+    """One phrase builder for both: a cell whose agent met its limits, and a check whose
+    processes did, read alike, the agent's naming the options that set them."""
+    from pytest_ponybench.checks import _limits_said
+
+    both = {"memory": True, "pids": True, "memory_bytes": 256 * 1024 ** 2, "pids_max": 64}
+    assert agent.limit_hit(both) == (
+        "the agent's process tree ran into its memory limit (256 MiB, --ponybench-agent-memory): the kernel "
+        "killed a process for it and its limit of 64 processes (--ponybench-agent-pids): a fork was refused")
+    assert _limits_said({"limits": both}) == (
+        "; the check's processes ran into its memory limit (256 MiB): the kernel killed a process for it "
+        "and its limit of 64 processes: a fork was refused")
+    assert agent.limit_hit({"memory": False, "pids": False}) == "" == _limits_said({"limits": None})
 
 
 def group_dirs_of(supervisor: int) -> list[str]:
