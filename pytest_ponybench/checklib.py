@@ -649,11 +649,38 @@ class _ProgramOfTheCheck(subprocess.Popen):
         super().__init__(args, *more, **options)
 
 
+def _in_the_check(original):
+    """`original` (an os function that starts a program) as a check's process must call it:
+    anywhere else (a host forked from it, where the agent's code runs in its own view
+    already) it is left as it was."""
+    def guarded(*args, **kwargs):
+        if os.getpid() != _ProgramOfTheCheck.check_pid or _preexec((), WORKSPACE) is None:  # no view to keep
+            return original(*args, **kwargs)
+        if original.__name__ == "system":
+            # The same shell, started as subprocess is (guarded), with os.system's wait status.
+            code = subprocess.call(*args, **kwargs, shell=True)
+            return code << 8 if code >= 0 else -code
+        raise PermissionError(f"os.{original.__name__} cannot start a program in a check: use subprocess, "
+                              f"os.system or start_process, which run the agent's programs in its own view")
+    return guarded
+
+
+# The ways a check's process could start a program past subprocess.Popen: os.popen goes through
+# subprocess; os.system's shell is routed through it; posix_spawn and the spawn* family would
+# start the program in the check's view, where the reference's copy is visible, so they are refused.
+_STARTERS = ("system", "posix_spawn", "posix_spawnp", "spawnl", "spawnle", "spawnlp", "spawnlpe",
+             "spawnv", "spawnve", "spawnvp", "spawnvpe")
+
+
 def guard_programs() -> None:
-    """Every program this check's process starts through subprocess is the agent's unless it
-    runs from the reference's copy (_preexec). Called once, in the check's own process."""
+    """Every program this check's process starts through subprocess, os.popen or os.system is
+    the agent's unless it runs from the reference's copy (_preexec); posix_spawn and the spawn*
+    family are refused there. Called once, in the check's own process."""
     _ProgramOfTheCheck.check_pid = os.getpid()
     subprocess.Popen = _ProgramOfTheCheck
+    for name in _STARTERS:
+        if hasattr(os, name):
+            setattr(os, name, _in_the_check(getattr(os, name)))
 
 
 def cleanup() -> None:

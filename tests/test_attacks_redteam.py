@@ -402,7 +402,7 @@ def add(a, b):
 """
 
 
-@pytest.mark.parametrize("who", ["host", "program", "plain subprocess"])
+@pytest.mark.parametrize("who", ["host", "program", "plain subprocess", "os.system"])
 def test_the_agent_s_code_cannot_reach_the_reference_through_a_running_reference_program(tmp_path, who):
     """Attack: the check runs a program of the reference's (here `sleep`, started in the
     reference's copy, as a differential of two servers starts the reference's server), and the
@@ -421,6 +421,11 @@ def test_the_agent_s_code_cannot_reach_the_reference_through_a_running_reference
                   'done = checklib.Program("main.py", (sys.executable, str(checklib.WORKSPACE / "main.py")),'
                   ' {"PYTHONPATH": str(checklib.WORKSPACE)}).run(2, 3)\n'
                   'assert done.stdout.strip() == "5", (done.stdout, done.stderr[-500:])\n')
+    elif who == "os.system":  # the shell's way: its output into a file of the check's
+        check += ('import os, sys\n'
+                  'out = checklib.WORKSPACE / "out.txt"\n'
+                  'os.system(f"PYTHONPATH={checklib.WORKSPACE} {sys.executable} main.py 2 3 > {out} 2>&1")\n'
+                  'assert out.read_text().strip() == "5", ("os.system", out.read_text()[-500:])\n')
     else:  # a check that starts the delivered program itself, as four shipped tasks' checks do
         check += ('import os, subprocess, sys\n'
                   'done = subprocess.run([sys.executable, "main.py", "2", "3"], capture_output=True, text=True,'
@@ -429,6 +434,19 @@ def test_the_agent_s_code_cannot_reach_the_reference_through_a_running_reference
     verdict = judged(ws, check, reference=good_reference(tmp_path))["correct"]
     assert not verdict.ok, "the delivered code answered with the reference's add"
     assert "is not 5" in verdict.reason or "'-1" in verdict.reason, verdict.reason
+
+
+def test_a_check_cannot_start_a_program_past_the_agent_s_view(tmp_path):
+    """os.posix_spawn would start the agent's program in the check's own view, where the
+    reference's copy is visible: in a check with a view to keep it is refused with a sentence
+    that names what to use, and the check fails on it rather than running the program."""
+    without_a_reference_view()
+    ws = cell_workspace(tmp_path / "cell", GOOD_ADD["add.py"])
+    check = ('import os, sys\n'
+             'os.posix_spawn(sys.executable, [sys.executable, "-c", "pass"], dict(os.environ))\n')
+    verdict = judged(ws, check, reference=good_reference(tmp_path))["correct"]
+    assert not verdict.ok, verdict.reason
+    assert "os.posix_spawn cannot start a program in a check" in verdict.reason, verdict.reason
 
 
 def test_delivered_code_that_starts_a_program_of_its_own_still_works_beside_a_reference(tmp_path):
