@@ -365,7 +365,8 @@ class Controller:
             raise pytest.UsageError(str(exc)) from None
         limits = agent.limits_phrase(self.state.agent_limits(), sandbox.support().cgroup)
         self.confinement_line = agent.confinement_line(agent.sandbox() if self.state.settings.confine is not False
-                                                       else None, self.state.settings.confine is not False, limits)
+                                                       else None, self.state.settings.confine is not False, limits,
+                                                       own_pid_namespace=not sandbox.support().namespaces)
         return confined
 
     def pytest_report_header(self, config):

@@ -35,7 +35,7 @@ import pytest
 from support.benchproc import (ADD_TASK, FAKE, GOOD_ADD, Session, bench_args, by_cell, fake_env, only_run_dir,
                                results, run, summary, write_project)
 
-from pytest_ponybench import cell, checks, metrics, procs, workspace
+from pytest_ponybench import agent, cell, checks, metrics, procs, sandbox, workspace
 from pytest_ponybench.rundir import RunDir
 from pytest_ponybench.spec import ArmSpec, TaskSpec
 
@@ -1036,12 +1036,14 @@ def test_a_non_finite_cost_in_the_result_line_leaves_every_record_json_safe(tmp_
     assert len(results(run_dir)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="cells running at once are processes of the same user: one CLI kills its "
-                                       "neighbour's, which fails as a cli_error of its arm")
 def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
-    """Attack: with two cells at once, the agent of cell 1 finds the other cell's CLI in /proc
-    (the same program, another workspace as its cwd) and kills it. Promise: a cell never
-    touches another cell; cell 0 passes."""
+    """Attack: with two cells at once, the agent of cell 1 (unconfined, as the stand-in always
+    runs) finds the other cell's CLI in /proc (the same program, another workspace as its cwd)
+    and kills it. Promise: a cell never touches another cell; cell 0 passes. The unconfined
+    CLI runs in a PID namespace of its own: it sees the host's /proc, but its kill fails."""
+    if sandbox.support().namespaces:
+        pytest.xfail(f"no PID namespace for an unconfined agent here ({sandbox.support().namespaces}): cells "
+                     "running at once are processes of the same user, and one CLI kills its neighbour's")
     root = write_project(tmp_path, {"add": ADD_TASK})
     env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "sleep_then_ok", "sleep": 30}})
     script = tmp_path / "hostile-claude"
@@ -1065,6 +1067,8 @@ def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
             time.sleep(0.1)
         """)
     done = session(root, hostile_cli(tmp_path, before={CELL(1): hunt}), "--runs=2", "--ponybench-at-once=2", env=env)
+    assert "unconfined (--ponybench-no-confine)" in done.stdout and agent.UNCONFINED_REACH_OWN_PIDS in done.stdout, \
+        done.stdout[:3000]  # the header says what the agent can reach here
     records = by_cell(results(only_run_dir(root)))
     assert CELL(0) in records, done.stdout[-3000:]
     assert records[CELL(0)]["status"] == "finished" and records[CELL(0)]["passed"], records[CELL(0)]
