@@ -1074,6 +1074,57 @@ def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
     assert records[CELL(0)]["status"] == "finished" and records[CELL(0)]["passed"], records[CELL(0)]
 
 
+# The agent's view of its ancestors: from its own host pid (/proc/self, the host's /proc, in a
+# PID namespace or not) up the host's parent links, past the harness's pony-* processes.
+AGENT_FINDS_HARNESS = '''
+import os, signal
+def _host_parent(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        stat = fh.read()
+    return int(stat[stat.rfind(")") + 2:].split()[1])
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+_harness = _host_parent(int(os.readlink("/proc/self")))
+while _harness > 1 and _comm(_harness).startswith("pony-"):
+    _harness = _host_parent(_harness)
+'''
+
+
+def test_an_unconfined_agent_cannot_stop_the_harness(tmp_path):
+    """Attack: the agent (unconfined, as the stand-in always runs) walks the host's /proc up
+    from its own process past the harness's pony-* supervisors to the pytest process running
+    its cell, makes sure it is this session's, and sends it SIGSTOP; nothing resumes it.
+    Promise: an agent never touches the harness; the session ends with the cell's result.
+    The CLI runs in a PID namespace of its own, so the signal cannot reach the harness."""
+    if sandbox.support().namespaces:
+        pytest.xfail(f"no PID namespace for an unconfined agent here ({sandbox.support().namespaces}): the "
+                     "agent is a process of the harness's user and can stop it")
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    stop = AGENT_FINDS_HARNESS + textwrap.dedent(f"""
+        with open(f"/proc/{{_harness}}/cmdline", "rb") as _fh:
+            _argv = _fh.read()
+        if b"pytest" in _argv and os.readlink(f"/proc/{{_harness}}/cwd") == {str(root.resolve())!r}:
+            try:
+                os.kill(_harness, signal.SIGSTOP)
+            except ProcessLookupError:  # not in this namespace: the attack fails here
+                pass
+        """)
+    env = fake_env(root, write=GOOD_ADD)
+    with Session(root, bench_args(root, claude=hostile_cli(tmp_path, before={CELL(0): stop})), env) as running:
+        deadline = time.monotonic() + 90  # an unstopped session of one cell ends in seconds
+        while running.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        ended = running.proc.poll() is not None
+    # Leaving the `with` SIGKILLs the session's process group, stopped or not.
+    assert ended, "the session never ended: its harness was stopped by the cell's agent"
+    records = by_cell(results(only_run_dir(root)))
+    assert records[CELL(0)]["passed"], records[CELL(0)]
+
+
 def test_control_a_session_of_a_good_cell_passes(tmp_path):
     """Control for the session attacks: the stand-in with a good add passes."""
     root = write_project(tmp_path, {"add": ADD_TASK})
