@@ -669,6 +669,11 @@ def _run_program_in_namespace(message: dict, fds: list[int], group=None) -> int:
         try:
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             _name("pony-init")
+            # The kernel gives a namespace's init only the signals it handles from inside: with
+            # the supervisor's handlers the program could end its init (and its own run); with
+            # none it cannot. The supervisor ends the init from outside, with SIGKILL.
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
             child = os.fork()
             if child == 0:
                 try:
