@@ -172,8 +172,9 @@ UNCONFINED_FILES = ("it can read and write whatever this user can, other cells, 
                     "the spend ledger, the pause file and the run's key included")
 UNCONFINED_REACH = (f"{UNCONFINED_FILES}, and see and signal every process of this user, other cells' CLIs and "
                     "the harness included")
-UNCONFINED_REACH_OWN_PIDS = (f"{UNCONFINED_FILES}; it sees every process, but in a PID namespace of its own "
-                             "it can signal none outside it, other cells' CLIs and the harness included")
+UNCONFINED_REACH_OWN_PIDS = (f"{UNCONFINED_FILES}, and every process's memory through /proc, where it sees them "
+                             "all; in a PID namespace of its own it can signal none outside it, other cells' CLIs "
+                             "and the harness included")
 
 
 def unconfined_reach(own_pid_namespace: bool) -> str:
@@ -489,8 +490,9 @@ def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
 
     Unconfined (`confined` False: argv is not wrapped by `confine`), the CLI runs in a PID
     namespace of its own where the machine has one (procs.start(pid_namespace=True)): it
-    still sees every process in the host's /proc, but can signal, ptrace or pidfd none
-    outside its namespace, another cell's CLI and the harness included."""
+    can signal, ptrace or pidfd no process outside its namespace, another cell's CLI and the
+    harness included (a `pkill node`, a `kill -9 -1` stays inside). Not a wall: it still sees
+    the host's /proc, and as the harness's user can write any process's memory there."""
 
     start = time.monotonic()
     with open_output(transcript) as out, open_output(stderr) as err:
