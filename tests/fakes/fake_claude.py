@@ -63,7 +63,8 @@ def host_parent(pid):
 
 
 # A child's line for the test: its host pid on stderr, then it sleeps.
-SLEEPER = "import os, sys, time; print('fake-pid:', os.readlink('/proc/self'), file=sys.stderr, flush=True); time.sleep(600)"
+SLEEPER = ("import os, sys, time; print('fake-pid:', os.readlink('/proc/self'), file=sys.stderr, flush=True); "
+           "time.sleep(600)")
 
 
 def main(argv):
