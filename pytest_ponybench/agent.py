@@ -165,10 +165,21 @@ def agent_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
 # --------------------------------------------------------------------------- the sandbox
 
 SANDBOX_UID = 1000  # the agent's user inside the sandbox when the harness runs as root
-# What an unconfined agent can reach, said wherever a run goes without the sandbox.
-UNCONFINED_REACH = ("it can read and write whatever this user can, other cells, their records, results.jsonl, "
-                    "the spend ledger, the pause file and the run's key included, and see and signal every "
-                    "process of this user, other cells' CLIs and the harness included")
+# What an unconfined agent can reach, said wherever a run goes without the sandbox: files as
+# this user everywhere; processes too where it cannot have a PID namespace of its own (run
+# puts it in one where sandbox.support() has namespaces: as root).
+UNCONFINED_FILES = ("it can read and write whatever this user can, other cells, their records, results.jsonl, "
+                    "the spend ledger, the pause file and the run's key included")
+UNCONFINED_REACH = (f"{UNCONFINED_FILES}, and see and signal every process of this user, other cells' CLIs and "
+                    "the harness included")
+UNCONFINED_REACH_OWN_PIDS = (f"{UNCONFINED_FILES}, and every process's memory through /proc, where it sees them "
+                             "all; in a PID namespace of its own it can signal none outside it, other cells' CLIs "
+                             "and the harness included")
+
+
+def unconfined_reach(own_pid_namespace: bool) -> str:
+    """What an unconfined agent can reach; `own_pid_namespace`: not sandbox.support().namespaces."""
+    return UNCONFINED_REACH_OWN_PIDS if own_pid_namespace else UNCONFINED_REACH
 
 
 @dataclass(frozen=True)
@@ -236,13 +247,15 @@ def private_tmp() -> str:
     return _private_tmp[0]
 
 
-def confinement_line(box: Sandbox, wanted: bool, limits: str = "") -> str:
-    """The one line a session prints about the agent's sandbox; `limits`: limits_phrase()."""
+def confinement_line(box: Sandbox, wanted: bool, limits: str = "", own_pid_namespace: bool = False) -> str:
+    """The one line a session prints about the agent's sandbox; `limits`: limits_phrase();
+    `own_pid_namespace`: an unconfined agent runs in a PID namespace of its own (run)."""
     end = f"; {limits}" if limits else ""
+    reach = unconfined_reach(own_pid_namespace)
     if not wanted:
-        return f"ponybench: the agent runs unconfined (--ponybench-no-confine): {UNCONFINED_REACH}{end}"
+        return f"ponybench: the agent runs unconfined (--ponybench-no-confine): {reach}{end}"
     if not box.works:
-        return f"ponybench: the agent runs unconfined: {box.problem}; {UNCONFINED_REACH}{end}"
+        return f"ponybench: the agent runs unconfined: {box.problem}; {reach}{end}"
     who = f"as uid {SANDBOX_UID}, not root" if box.own_user else "as this user"
     return (f"ponybench: the agent runs confined (bubblewrap, {who}): only its workspace writable, the run "
             f"directory and the run's key hidden, a private CLI configuration, nothing it starts outlives it{end}")
@@ -468,20 +481,30 @@ def open_kept(path: Path):
 
 
 def run(argv: list[str], workspace: Path, env: dict[str, str], timeout: float,
-        transcript: Path, stderr: Path, limits: AgentLimits | None = None) -> RunOutcome:
+        transcript: Path, stderr: Path, limits: AgentLimits | None = None, confined: bool = False) -> RunOutcome:
     """Run the CLI in `workspace` with its stdout in `transcript` and its stderr in `stderr`
     (new files; cell.py has them in the records folder, out of the agent's workspace); with
     `limits`, in a cgroup of its own where the machine has one (procs.start): everything the
     CLI started is killed with it at its end, its timeout or an interrupt, whoever its parent
-    then was. Its whole process tree is gone when this returns or raises."""
+    then was. Its whole process tree is gone when this returns or raises.
+
+    Unconfined (`confined` False: argv is not wrapped by `confine`), the CLI runs in a PID
+    namespace of its own where the machine has one (procs.start(pid_namespace=True)): it
+    can signal, ptrace or pidfd no process outside its namespace, another cell's CLI and the
+    harness included (a `pkill node`, a `kill -9 -1` stays inside). Not a wall: it still sees
+    the host's /proc, and as the harness's user can write any process's memory there."""
 
     start = time.monotonic()
     with open_output(transcript) as out, open_output(stderr) as err:
         # Room for the CLI's output kept allocated before it starts: an agent that fills the
         # disk still leaves its CLI room for the result line, and so the harness its cost.
         keep_room(out.fileno(), TRANSCRIPT_ROOM)
+        # A confined CLI is already in bubblewrap's PID namespace (--unshare-pid): a second one
+        # around it would protect nothing more and cost an init process (a fork of the
+        # supervisor, one more process counted in the pids limit) per cell.
         proc = procs.start(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                           max_file_size=FILE_SIZE_LIMIT, limits=limits.as_message() if limits else None)
+                           max_file_size=FILE_SIZE_LIMIT, limits=limits.as_message() if limits else None,
+                           pid_namespace=not confined)
         timed_out = procs.wait_or_kill(proc, timeout)
         if timed_out:
             err.write(f"\n[ponybench: killed with its process tree after {timeout:g} s]\n".encode())

@@ -262,7 +262,8 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     # way out, an interrupt included); whatever the agent left at those names is replaced.
     try:
         outcome = agent.run(argv, ws, env, ctx.timeout, workspace.cli_output(ws, workspace.TRANSCRIPT),
-                            workspace.cli_output(ws, workspace.STDERR), limits=ctx.agent_limits)
+                            workspace.cli_output(ws, workspace.STDERR), limits=ctx.agent_limits,
+                            confined=ctx.confine)
     finally:
         changed_beside = watch.changed()  # also closes the watch when the run raised
         workspace.put_back(ws)

@@ -229,7 +229,8 @@ def run_options(state, tasks: list) -> dict:
 
 
 # run.json: {"confined": bool, "why": why not, "own_pids": whether the agent's CLI has a PID
-# namespace of its own (bubblewrap's), so it can neither see nor signal other cells or the harness,
+# namespace of its own, so it can signal no other cell's process nor the harness (bubblewrap's,
+# where it sees none either; unconfined, agent.run's where the machine has namespaces),
 # "limits": the agent's cgroup (agent.limits_record), or why it has none}
 CONFINEMENT = "confinement"
 # Stored in run.json to say how the run was made, not what it is made of: a resume on a
@@ -352,7 +353,7 @@ class Controller:
         # Where the agent ran, and what the checks of this run ran in (sandbox.py) with what
         # this machine lacked: kept with the run, never compared on resume (a host may differ).
         options[CONFINEMENT] = {"confined": confined, "why": "" if confined else (
-            "--ponybench-no-confine" if box is None else box.problem), "own_pids": confined,
+            "--ponybench-no-confine" if box is None else box.problem), "own_pids": confined or not sandbox.support().namespaces,
             "limits": agent.limits_record(state.agent_limits(), sandbox.support().cgroup, sandbox.support().cgroup_kind)}
         state.run_dir.write_options({**options, "sandbox": sandbox.support().as_record()})
 
@@ -365,7 +366,8 @@ class Controller:
             raise pytest.UsageError(str(exc)) from None
         limits = agent.limits_phrase(self.state.agent_limits(), sandbox.support().cgroup)
         self.confinement_line = agent.confinement_line(agent.sandbox() if self.state.settings.confine is not False
-                                                       else None, self.state.settings.confine is not False, limits)
+                                                       else None, self.state.settings.confine is not False, limits,
+                                                       own_pid_namespace=not sandbox.support().namespaces)
         return confined
 
     def pytest_report_header(self, config):

@@ -617,13 +617,7 @@ def _run_program(message: dict, fds: list[int], group=None) -> int:
         # program's cgroup while it starts it, so the program is born there (nothing it starts
         # is ever outside it) and the start stays a vfork: joining in the child (preexec_fn)
         # forces a fork of this Python, about 30 ms a cell on a loaded machine.
-        if group is not None:
-            try:
-                group.join()
-            except OSError:  # the group cannot be entered: the program runs without it
-                _program_group.clear()
-                group.remove()
-                group = None
+        group = _enter_program_cgroup(group)
         try:
             child = subprocess.Popen(argv, cwd=message.get("cwd"), env=message["env"], stdin=fds[0],
                                      stdout=fds[1], stderr=fds[2], close_fds=True, restore_signals=True)
@@ -640,17 +634,46 @@ def _run_program(message: dict, fds: list[int], group=None) -> int:
     return code if code >= 0 else 128 - code
 
 
+def _enter_program_cgroup(group):
+    """Move the supervisor into the program's cgroup for the program's start (it leaves after);
+    the group, or None when it cannot be entered: the program then runs without it."""
+    if group is None:
+        return None
+    try:
+        group.join()
+    except OSError:
+        _program_group.clear()
+        group.remove()
+        return None
+    return group
+
+
 def _run_program_in_namespace(message: dict, fds: list[int], group=None) -> int:
     """`_run_program` with the program under an init in a PID namespace of its own: the init
-    forks and execs it, reaps, and exits with its code; the kernel then kills the rest."""
+    forks and execs it, reaps, and exits with its code; the kernel then kills the rest. The
+    init is born in the program's cgroup (the supervisor is in it for the clone), so a group
+    that cannot be entered is said the same way as without a namespace."""
     argv = message["argv"]
-    pid = sandbox.clone_namespaces(sandbox.CLONE_NEWPID)
+    group = _enter_program_cgroup(group)
+    try:
+        pid = sandbox.clone_namespaces(sandbox.CLONE_NEWPID)
+    except OSError as exc:
+        os.write(fds[2], f"ponybench: cannot start {argv[0]} in a PID namespace: {exc.strerror}\n".encode())
+        for fd in fds[:3]:
+            os.close(fd)
+        return 127
+    finally:
+        if group is not None and os.getpid() != 1:  # the supervisor, not the init (pid 1 in its namespace)
+            group.leave()
     if pid == 0:
         try:
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             _name("pony-init")
-            if group is not None:
-                group.join()
+            # The kernel gives a namespace's init only the signals it handles from inside: with
+            # the supervisor's handlers the program could end its init (and its own run); with
+            # none it cannot. The supervisor ends the init from outside, with SIGKILL.
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
             child = os.fork()
             if child == 0:
                 try:

@@ -35,7 +35,7 @@ import pytest
 from support.benchproc import (ADD_TASK, FAKE, GOOD_ADD, Session, bench_args, by_cell, fake_env, only_run_dir,
                                results, run, summary, write_project)
 
-from pytest_ponybench import cell, checks, metrics, procs, workspace
+from pytest_ponybench import agent, cell, checks, metrics, procs, sandbox, workspace
 from pytest_ponybench.rundir import RunDir
 from pytest_ponybench.spec import ArmSpec, TaskSpec
 
@@ -1054,12 +1054,14 @@ def test_a_non_finite_cost_in_the_result_line_leaves_every_record_json_safe(tmp_
     assert len(results(run_dir)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="cells running at once are processes of the same user: one CLI kills its "
-                                       "neighbour's, which fails as a cli_error of its arm")
 def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
-    """Attack: with two cells at once, the agent of cell 1 finds the other cell's CLI in /proc
-    (the same program, another workspace as its cwd) and kills it. Promise: a cell never
-    touches another cell; cell 0 passes."""
+    """Attack: with two cells at once, the agent of cell 1 (unconfined, as the stand-in always
+    runs) finds the other cell's CLI in /proc (the same program, another workspace as its cwd)
+    and kills it. Promise: a cell never touches another cell; cell 0 passes. The unconfined
+    CLI runs in a PID namespace of its own: it sees the host's /proc, but its kill fails."""
+    if sandbox.support().namespaces:
+        pytest.xfail(f"no PID namespace for an unconfined agent here ({sandbox.support().namespaces}): cells "
+                     "running at once are processes of the same user, and one CLI kills its neighbour's")
     root = write_project(tmp_path, {"add": ADD_TASK})
     env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "sleep_then_ok", "sleep": 30}})
     script = tmp_path / "hostile-claude"
@@ -1083,9 +1085,108 @@ def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
             time.sleep(0.1)
         """)
     done = session(root, hostile_cli(tmp_path, before={CELL(1): hunt}), "--runs=2", "--ponybench-at-once=2", env=env)
+    assert "unconfined (--ponybench-no-confine)" in done.stdout and agent.UNCONFINED_REACH_OWN_PIDS in done.stdout, \
+        done.stdout[:3000]  # the header says what the agent can reach here
     records = by_cell(results(only_run_dir(root)))
     assert CELL(0) in records, done.stdout[-3000:]
     assert records[CELL(0)]["status"] == "finished" and records[CELL(0)]["passed"], records[CELL(0)]
+
+
+@pytest.mark.xfail(strict=True, reason="an unconfined agent sees the host's /proc: as the harness's user it writes "
+                                       "another cell's CLI's memory through /proc/<pid>/mem, which its PID namespace "
+                                       "does not stop (the sandbox does)")
+def test_a_cell_cannot_crash_the_agent_of_a_cell_running_beside_it_through_proc_mem(tmp_path):
+    """Attack: as the kill above, but without a signal: the agent of cell 1 finds cell 0's CLI
+    in the host's /proc and writes zeros over its code through /proc/<pid>/mem, so it crashes.
+    Promise: a cell never touches another cell; cell 0 passes. Its own PID namespace keeps the
+    agent from signalling anything outside, not from what its user may do with files."""
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "sleep_then_ok", "sleep": 30}})
+    script = tmp_path / "hostile-claude"
+    hunt = textwrap.dedent(f"""
+        import os, time
+        def _overwrite_code(pid):
+            with open(f"/proc/{{pid}}/maps") as maps, open(f"/proc/{{pid}}/mem", "r+b", buffering=0) as mem:
+                for line in maps:
+                    span, perms = line.split()[:2]
+                    if "x" not in perms:
+                        continue
+                    low, high = (int(x, 16) for x in span.split("-"))
+                    try:
+                        mem.seek(low)
+                        mem.write(bytes(min(high - low, 1 << 20)))
+                    except (OSError, OverflowError):  # [vsyscall] and the like
+                        pass
+        _deadline = time.monotonic() + 60
+        _done = False
+        while not _done and time.monotonic() < _deadline:
+            for _pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    _argv = open(f"/proc/{{_pid}}/cmdline", "rb").read()
+                    _cwd = os.readlink(f"/proc/{{_pid}}/cwd")
+                except OSError:
+                    continue
+                if ({str(script)!r}.encode() in _argv.split(b"\\0")[:2] and _cwd != os.getcwd()
+                        and os.path.dirname(_cwd) == os.path.dirname(os.getcwd())):
+                    _overwrite_code(int(_pid))
+                    _done = True
+            time.sleep(0.1)
+        """)
+    done = session(root, hostile_cli(tmp_path, before={CELL(1): hunt}), "--runs=2", "--ponybench-at-once=2", env=env)
+    records = by_cell(results(only_run_dir(root)))
+    assert CELL(0) in records, done.stdout[-3000:]
+    assert records[CELL(0)]["status"] == "finished" and records[CELL(0)]["passed"], records[CELL(0)]
+
+
+# The agent's view of its ancestors: from its own host pid (/proc/self, the host's /proc, in a
+# PID namespace or not) up the host's parent links, past the harness's pony-* processes.
+AGENT_FINDS_HARNESS = '''
+import os, signal
+def _host_parent(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        stat = fh.read()
+    return int(stat[stat.rfind(")") + 2:].split()[1])
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+_harness = _host_parent(int(os.readlink("/proc/self")))
+while _harness > 1 and _comm(_harness).startswith("pony-"):
+    _harness = _host_parent(_harness)
+'''
+
+
+def test_an_unconfined_agent_cannot_stop_the_harness(tmp_path):
+    """Attack: the agent (unconfined, as the stand-in always runs) walks the host's /proc up
+    from its own process past the harness's pony-* supervisors to the pytest process running
+    its cell, makes sure it is this session's, and sends it SIGSTOP; nothing resumes it.
+    Promise: an agent cannot signal the harness; the session ends with the cell's result.
+    The CLI runs in a PID namespace of its own, so the signal cannot reach the harness."""
+    if sandbox.support().namespaces:
+        pytest.xfail(f"no PID namespace for an unconfined agent here ({sandbox.support().namespaces}): the "
+                     "agent is a process of the harness's user and can stop it")
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    stop = AGENT_FINDS_HARNESS + textwrap.dedent(f"""
+        with open(f"/proc/{{_harness}}/cmdline", "rb") as _fh:
+            _argv = _fh.read()
+        if b"pytest" in _argv and os.readlink(f"/proc/{{_harness}}/cwd") == {str(root.resolve())!r}:
+            try:
+                os.kill(_harness, signal.SIGSTOP)
+            except ProcessLookupError:  # not in this namespace: the attack fails here
+                pass
+        """)
+    env = fake_env(root, write=GOOD_ADD)
+    with Session(root, bench_args(root, claude=hostile_cli(tmp_path, before={CELL(0): stop})), env) as running:
+        deadline = time.monotonic() + 90  # an unstopped session of one cell ends in seconds
+        while running.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        ended = running.proc.poll() is not None
+    # Leaving the `with` SIGKILLs the session's process group, stopped or not.
+    assert ended, "the session never ended: its harness was stopped by the cell's agent"
+    records = by_cell(results(only_run_dir(root)))
+    assert records[CELL(0)]["passed"], records[CELL(0)]
 
 
 def test_control_a_session_of_a_good_cell_passes(tmp_path):

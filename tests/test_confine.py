@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import agent
+from pytest_ponybench import agent, sandbox
 from support import proc_watch
 from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, fake_env, only_run_dir, results, run, write_project
 from support.records import record_data
@@ -124,7 +124,10 @@ def test_without_bubblewrap_the_run_goes_unconfined_and_says_so_in_the_header_an
     assert f"ponybench: the agent runs unconfined: {why}; it can read and write whatever this user can" in header
     run_dir = only_run_dir(root)
     confinement = json.loads((run_dir / "run.json").read_text())["confinement"]
-    assert (confinement["confined"], confinement["why"], confinement["own_pids"]) == (False, why, False)  # its "limits": test_agent_limits.py
+    # own_pids: unconfined, the CLI still has a PID namespace of its own where the machine has
+    # namespaces (agent.run); its "limits": test_agent_limits.py
+    own_pids = not sandbox.support().namespaces
+    assert (confinement["confined"], confinement["why"], confinement["own_pids"]) == (False, why, own_pids)
     assert record_data(run_dir / "add__baseline__haiku__0", "agent")["confined"] is False
 
 
@@ -145,7 +148,9 @@ def test_ini_turns_confinement_off_and_a_bad_value_is_named(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
     assert "ponybench: the agent runs unconfined (--ponybench-no-confine)" in done.stdout
     confinement = json.loads((only_run_dir(root) / "run.json").read_text())["confinement"]
-    assert (confinement["confined"], confinement["why"], confinement["own_pids"]) == (False, "--ponybench-no-confine", False)
+    own_pids = not sandbox.support().namespaces  # agent.run's PID namespace, unconfined
+    assert (confinement["confined"], confinement["why"], confinement["own_pids"]) == (False, "--ponybench-no-confine",
+                                                                                      own_pids)
     bad = tmp_path / "bad"
     write_project(bad, {"add": ADD_TASK})
     (bad / "pytest.ini").write_text("[pytest]\ntestpaths = tasks\nponybench_confine = maybe\n")

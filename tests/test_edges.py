@@ -238,13 +238,14 @@ def test_a_killed_worker_and_a_results_file_turned_to_garbage_mid_run_lose_no_ot
     # Under -n 2 one cell's CLI kills its xdist worker, and another cell's agent overwrites the
     # run's results.jsonl with garbage while the run goes on. (The pieces are covered one by
     # one in test_faults and test_attacks_records; here they meet in one live session.)
-    from support.benchproc import GOOD_ADD, fake_env
+    from support.benchproc import GOOD_ADD, fake_env, killing_named_workers
 
     root = write_project(tmp_path, {"add": ADD_TASK})
     # The last cell overwrites the file once the others' lines are in it.
     garbage = {"write": {**GOOD_ADD, "../results.jsonl": "{}\nnot json at all\n"}, "sleep_before_write": 4}
     env = fake_env(root, write=GOOD_ADD, cells={CELL(1): {"mode": "kill_worker"}, CELL(4): garbage})
-    done = run(root, bench_args(root, "--runs=5", "-n", "2"), env)
+    with killing_named_workers(root):  # the worker cell 1's CLI names dies, as in a crash
+        done = run(root, bench_args(root, "--runs=5", "-n", "2"), env)
     out = done.stdout
     assert "INTERNALERROR" not in out + done.stderr, out[-3000:]
     run_dir = only_run_dir(root)

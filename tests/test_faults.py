@@ -20,7 +20,7 @@ from pytest_ponybench import agent
 from pytest_ponybench import record as statuses
 from support import proc_watch
 from support.benchproc import (
-    ADD_TASK, GOOD_ADD, Session, bench_args, by_cell, calls, fake_env, fake_pids, finished_cells,
+    ADD_TASK, GOOD_ADD, Session, bench_args, by_cell, calls, fake_env, fake_pids, finished_cells, killing_named_workers,
     only_run_dir, results, run, run_dirs, summary, wait_for, write_project,
 )
 from support.records import record_data
@@ -222,7 +222,8 @@ def test_a_crashed_xdist_worker_is_an_agent_error_for_its_cell_and_the_rest_cont
     root = write_project(tmp_path, {"add": ADD_TASK})
     env = fake_env(root, write=GOOD_ADD, cells={cell(1): {"mode": "kill_worker"}})
     args = bench_args(root, "--runs=4", "-n", "2")
-    done = run(root, args, env)
+    with killing_named_workers(root):  # the worker the cell's CLI names dies, as in a crash
+        done = run(root, args, env)
     run_dir = only_run_dir(root)
     records = by_cell(results(run_dir))
     assert set(records) == {cell(i) for i in range(4)}, done.stdout[-3000:]

@@ -495,6 +495,32 @@ def test_a_program_in_its_own_pid_namespace_keeps_its_exit_code_and_streams(tmp_
     assert out.split() == ["2", str(tmp_path)]  # pid 2: the init is pid 1 of the namespace
 
 
+def test_a_program_in_its_own_pid_namespace_can_signal_neither_its_init_nor_the_harness(tmp_path):
+    # The program sees the host's /proc (no /proc of its own is mounted), but a signal to a
+    # process outside its namespace finds no such process, and its init (pid 1 there) ignores
+    # what it sends: the supervisor's handlers, were the init to keep them, would let it in.
+    require_namespaces()
+    program = textwrap.dedent(f"""
+        import os, signal, time
+        said = []
+        try:
+            os.kill({os.getpid()}, 0)
+            said.append("harness reached")
+        except ProcessLookupError:
+            said.append("harness out of reach")
+        said.append("sees the harness" if os.path.exists("/proc/{os.getpid()}") else "sees no harness")
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            os.kill(1, signum)
+        time.sleep(0.5)
+        print(", ".join(said))
+        """)
+    proc = procs.start([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                       pid_namespace=True)
+    out = proc.stdout.read()
+    procs.wait_or_kill(proc, 30)
+    assert (proc.returncode, out.strip()) == (0, "harness out of reach, sees the harness"), (proc.returncode, out)
+
+
 def test_a_sandboxed_call_s_pid_hopper_is_gone_when_the_call_ends(tmp_path):
     require_namespaces()
     marker = f"pony-hopper-{tmp_path.name}"

@@ -12,12 +12,16 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
             "escaped-by-agent.txt", in the parent of the workspace, with its Write tool call),
             "escape_hook" (the same write with no tool call, as a hook would: `escape_to`,
             default "escaped-by-hook.txt"),
-            "hang_tree" (like "hang", printing its child's pid to stderr as `fake-pid: N`),
+            "hang_tree" (like "hang", its child printing its pid to stderr as `fake-pid: N`),
             "fill_disk" (write fill.bin until the disk is full, then finish),
             "spawn_setsid" (leave a setsid grandchild sleeping, pid on stderr, and finish),
             "sleep_then_ok" (sleep `sleep` seconds, then finish), "await_peers" (finish once
-            `peers` CLIs run at once, registered in `peers_dir`; fail after `sleep` s), "kill_worker" (SIGKILL the
-            process that started the harness's supervisor, e.g. an xdist worker, then hang)
+            `peers` CLIs run at once, registered in `peers_dir`; fail after `sleep` s), "kill_worker" (name
+            the process that started the harness's supervisor, e.g. an xdist worker, in
+            `worker_pid_file` for the test to kill, then hang: the CLI itself cannot, see below)
+  Pids printed or written are the host's: the harness runs an unconfined CLI in a PID
+  namespace of its own where it can (there os.getpid() is the namespace's number), but /proc
+  is still the host's, so /proc/self names the host's pid and /proc/<pid>/stat the host's parent.
   sleep_before_write: seconds to sleep before the `write` files are written
   cells:    {cell id: {keys as above}}: overrides for the cell whose workspace (the working
             directory) has that name, e.g. one hanging cell among good ones
@@ -46,6 +50,21 @@ from pathlib import Path
 
 def arg(argv, flag):
     return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def host_pid():
+    """This process's pid as the host (and the test) sees it, in a PID namespace or not."""
+    return int(os.readlink("/proc/self"))
+
+
+def host_parent(pid):
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2:].split()[1])  # the command name may hold spaces
+
+
+# A child's line for the test: its host pid on stderr, then it sleeps.
+SLEEPER = ("import os, sys, time; print('fake-pid:', os.readlink('/proc/self'), file=sys.stderr, flush=True); "
+           "time.sleep(600)")
 
 
 def main(argv):
@@ -154,7 +173,7 @@ def main(argv):
         # included, have announced themselves in `peers_dir`; fail if they never do.
         peers_dir = Path(spec["peers_dir"])
         peers_dir.mkdir(parents=True, exist_ok=True)
-        (peers_dir / str(os.getpid())).touch()
+        (peers_dir / str(host_pid())).touch()  # checked in /proc below, which is the host's
         deadline = time.monotonic() + float(spec.get("sleep", 60))
         met = set()  # peers seen alive beside this one (a finished one stays counted)
         while len(met) < int(spec["peers"]):
@@ -171,7 +190,7 @@ def main(argv):
             os.setsid()
             if os.fork() == 0:
                 os.close(read)
-                os.write(write, str(os.getpid()).encode())
+                os.write(write, str(host_pid()).encode())
                 os.close(write)
                 time.sleep(600)
             os._exit(0)
@@ -179,18 +198,19 @@ def main(argv):
         grandchild = os.read(read, 32).decode()
         print(f"fake-pid: {grandchild}", file=sys.stderr, flush=True)
     if mode == "kill_worker":
-        # Above the CLI are the harness's supervisor and its fork server (both run
-        # pytest_ponybench.procs); above them, the process that ran the cell (an xdist worker).
-        worker = os.getppid()
+        # Above the CLI are the namespace's init, the harness's supervisor and its fork server
+        # (all forks of pytest_ponybench.procs); above them, the process that ran the cell (an
+        # xdist worker). From its own PID namespace the CLI cannot signal it: the test does.
+        worker = host_parent(host_pid())
         while b"pytest_ponybench.procs" in Path(f"/proc/{worker}/cmdline").read_bytes():
-            stat = Path(f"/proc/{worker}/stat").read_text()
-            worker = int(stat[stat.rfind(")") + 2:].split()[1])
+            worker = host_parent(worker)
         print(f"fake-pid: {worker}", file=sys.stderr, flush=True)
-        os.kill(worker, 9)
+        named = Path(spec["worker_pid_file"])
+        named.with_suffix(".tmp").write_text(str(worker))
+        named.with_suffix(".tmp").replace(named)  # whole when the test reads it
         time.sleep(600)
     if mode == "hang_tree":
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        print(f"fake-pid: {child.pid}", file=sys.stderr, flush=True)
+        subprocess.Popen([sys.executable, "-c", SLEEPER])
         time.sleep(600)
     if mode == "hang":
         # A child that would outlive a careless kill, then block forever.

@@ -13,7 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -56,6 +58,7 @@ def fake_env(root: Path, **spec) -> dict[str, str]:
     credential the gate looks for (the fake calls nothing), and permission to run as root."""
     root = Path(root)
     spec.setdefault("calls", str(root / "calls.jsonl"))
+    spec.setdefault("worker_pid_file", str(root / "worker.pid"))
     (root / "fake.json").write_text(json.dumps(spec))
     return {"PONYBENCH_FAKE": str(root / "fake.json"), "ANTHROPIC_API_KEY": "fake", "IS_SANDBOX": "1"}
 
@@ -186,6 +189,35 @@ def cli_stderr(workspace: Path) -> str:
         except FileNotFoundError:
             continue
     return ""
+
+
+@contextmanager
+def killing_named_workers(root: Path):
+    """Stand in for a crashing xdist worker: while inside, whatever pid the fake's "kill_worker"
+    mode names in the project's worker.pid (fake_env) is SIGKILLed from here. The CLI cannot
+    kill it itself: the harness runs it in a PID namespace of its own, which is the point."""
+    named = Path(root) / "worker.pid"
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(0.05):
+            try:
+                pid = int(named.read_text())
+            except (OSError, ValueError):
+                continue
+            named.unlink()
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    watcher = threading.Thread(target=watch, name="worker-killer", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
 
 
 def fake_pids(workspace: Path) -> list[int]:
