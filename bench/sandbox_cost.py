@@ -5,6 +5,12 @@ good references of a few real tasks (a cell's checks as a cell runs them).
 
     python bench/sandbox_cost.py [TASK ...] [--calls 40] [--repeat 3]
 
+The call's parts are differences of medians: a call whose check runs no agent code (the
+supervisor, the call's process and, with the sandbox, its cgroup, namespaces, view and init),
+what one host adds (the fork of the agent's side and its first load), what a second axis of
+the same cell adds (under the same supervisor); and, as a floor, one fork of a process as
+warm as the fork server.
+
 Each mode runs in a process of its own (a fork server of its own): without the sandbox is
 $PONYBENCH_NO_SANDBOX=1, the fallback of a machine without namespaces. CPU is this process's
 and the fork server's with everything it reaped (supervisors, inits, checks). The last lines
@@ -52,14 +58,21 @@ def measure(calls: int, repeat: int, task_names: list[str]) -> dict:
         (ws / "add.py").write_text("def add(a, b):\n    return a + b\n")
         check = {"correct": "assert load(FILE).add(1, 2) == 3"}
         checks.run_checks(check, ws, "add.py", 30)  # warm: the fork server
-        walls, cpus = [], []
-        for _ in range(calls):
-            wall, cpu = time.perf_counter(), _cpu()
-            verdict = checks.run_checks(check, ws, "add.py", 30)["correct"]
-            walls.append(time.perf_counter() - wall)
-            cpus.append(_cpu() - cpu)
-            assert verdict.ok, verdict.reason
-        out["call"] = {"wall": statistics.median(walls), "cpu": statistics.median(cpus)}
+        # The parts of a call, as differences between these: a supervisor and a call that
+        # runs no agent code; the same with one host (the agent's module loaded); two axes
+        # under one supervisor, as a cell's checks run.
+        kinds = {"call": check, "empty": {"correct": "pass"},
+                 "two": {"correct": check["correct"], "safe": "assert load(FILE).add(-1, 1) == 0"}}
+        for kind, code in kinds.items():
+            walls, cpus = [], []
+            for _ in range(calls):
+                wall, cpu = time.perf_counter(), _cpu()
+                verdicts = checks.run_checks(code, ws, "add.py", 30)
+                walls.append(time.perf_counter() - wall)
+                cpus.append(_cpu() - cpu)
+                assert all(v.ok for v in verdicts.values()), verdicts
+            out[kind] = {"wall": statistics.median(walls), "cpu": statistics.median(cpus)}
+    out["fork"] = _fork_cost(calls)
     tasks_dir = REPO / "tasks"
     tasks = [t for t in strength.load_tasks(tasks_dir, REPO / "fixtures", set(task_names) or None) if t.refs]
     out["tasks"] = {}
@@ -75,6 +88,26 @@ def measure(calls: int, repeat: int, task_names: list[str]) -> dict:
         out["tasks"][task.name] = {"wall": statistics.median(r[0] for r in runs),
                                    "cpu": statistics.median(r[1] for r in runs), "checks": len(task.checks)}
     return out
+
+
+def _fork_cost(times: int) -> dict:
+    """A fork of a process holding what the fork server holds (its warm modules), whose child
+    exits at once: the floor of every process a check call forks (a supervisor, the init, the
+    check's process, a host)."""
+    from pytest_ponybench import procs
+
+    for module in procs.WARM_MODULES:
+        __import__(module)
+    walls, cpus = [], []
+    for _ in range(times):
+        wall, cpu = time.perf_counter(), _cpu()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(_cpu() - cpu)
+    return {"wall": statistics.median(walls), "cpu": statistics.median(cpus)}
 
 
 def run_mode(sandboxed: bool, args: list[str]) -> dict:
@@ -115,6 +148,15 @@ def main() -> int:
         print(f"{name:<24} {a['wall'] * 1000:7.1f} {b['wall'] * 1000:8.1f} {a['cpu'] * 1000:7.1f} {b['cpu'] * 1000:8.1f}")
 
     row(f"one check call (median of {calls})", without["call"], with_["call"])
+    print("  its parts:")
+    row("  a fork of the warm image", without["fork"], with_["fork"])
+    row("  a call, no agent code", without["empty"], with_["empty"])
+    host = {mode: {k: data["call"][k] - data["empty"][k] for k in ("wall", "cpu")} for mode, data in
+            (("without", without), ("with", with_))}
+    row("  + a host (one load)", host["without"], host["with"])
+    second = {mode: {k: data["two"][k] - data["call"][k] for k in ("wall", "cpu")} for mode, data in
+              (("without", without), ("with", with_))}
+    row("  + a second axis", second["without"], second["with"])
     for name in with_["tasks"]:
         row(f"{name} ({with_['tasks'][name]['checks']} checks)", without["tasks"][name], with_["tasks"][name])
     extra_wall = (with_["call"]["wall"] - without["call"]["wall"]) * 1000
