@@ -285,3 +285,40 @@ def test_a_confined_cell_has_a_configuration_folder_of_its_own(tmp_path, monkeyp
     assert not agent.absorbed_by_confinement(str(tmp_path / "home" / "notes.txt"), tmp_path / "ws", env)
     missing = agent.private_config(tmp_path / "nowhere", [])
     assert missing[0] == "--dir" and missing[1].startswith(agent.private_tmp())
+
+
+def test_a_cgroup_v2_hierarchy_is_used_as_the_kernel_lays_it_out(tmp_path, monkeypatch):
+    """The machines here and CI mount cgroup v1, so the v2 branch of CallCgroup never meets a
+    kernel in the suite: this runs it on a folder laid out as a v2 hierarchy (cgroup.controllers
+    at the root, the harness's group delegating memory and pids) and reads back what it wrote
+    and what it reports. A kernel creates a group's files on mkdir; here the writer creates them."""
+    root = tmp_path / "cgroup"
+    own = root / "user.slice" / "session-1.scope"
+    own.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (own / "cgroup.subtree_control").write_text("memory pids\n")
+    monkeypatch.setattr(sandbox, "V1_ROOT", str(root))
+    monkeypatch.setattr(sandbox, "_own_cgroup_paths", lambda: {"": "/user.slice/session-1.scope"})
+
+    def write(path: str, text: str) -> None:
+        Path(path).write_text(text)
+    monkeypatch.setattr(sandbox, "_write", write)
+
+    group = sandbox.CallCgroup.create("t", memory=256 * 1024 ** 2, pids=64)
+    assert group is not None and group.kind == "v2", group
+    (made,) = group.dirs
+    assert Path(made).parent == own and Path(made).name.startswith(f"ponybench-{os.getpid()}-t-")
+    assert {name: (Path(made) / name).read_text() for name in ("memory.max", "memory.swap.max", "pids.max")} == {
+        "memory.max": str(256 * 1024 ** 2), "memory.swap.max": "0", "pids.max": "64"}
+    assert group.hit() == {"memory": False, "pids": False}  # no events file yet: nothing met
+    (Path(made) / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    (Path(made) / "pids.events").write_text("max 2\n")
+    (Path(made) / "memory.peak").write_text("123456\n")
+    (Path(made) / "cgroup.procs").write_text("41\n42\n")
+    assert group.hit() == {"memory": True, "pids": True}
+    assert group.peak() == 123456 and group.members() == {41, 42}
+    assert agent.limit_hit({**group.hit(), "memory_bytes": group.memory, "pids_max": group.pids}).startswith(
+        "the agent's process tree ran into its memory limit (256 MiB, --ponybench-agent-memory)")
+
+    (own / "cgroup.subtree_control").write_text("cpu io\n")  # memory and pids not delegated
+    assert sandbox.CallCgroup.create("u") is None
