@@ -136,7 +136,7 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, exc_type, *exc) -> None:
+    def __exit__(self, exc_type=None, *exc) -> None:
         if self.proc.poll() is None:
             self.kill()
         if exc_type is not None:  # the test fails or is interrupted: its tree goes now
