@@ -147,9 +147,11 @@ def test_the_marker_reaches_the_harness_fork_server_supervisor_and_cli(tmp_path)
         assert {"pony-server", "pony-supervisor"} <= names, names
         assert child in marked
         assert session.proc.pid in marked
+        groups = proc_tree.cgroups_of(marked)  # the agent's own cgroup, where the machine has cgroups
         proc_tree.end_tree(session.marker)
         assert proc_tree.carrying(session.marker) == []
         assert proc_watch.wait_until_dead(marked, timeout=5) == []
+        assert [g for g in groups if os.path.exists(g)] == [], "the harness's cgroups outlived its processes"
 
 
 def test_a_sweep_kills_a_process_that_forks_while_it_runs(tmp_path):

@@ -90,6 +90,7 @@ def end_tree(marker: str, rounds: int = 200) -> list[int]:
         left = carrying(marker)
         if not left:
             _unswept.discard(marker)
+            _remove_cgroups_of(killed)
             return killed
         for pid in left:
             with contextlib.suppress(OSError):
@@ -98,6 +99,35 @@ def end_tree(marker: str, rounds: int = 200) -> list[int]:
         time.sleep(0.01)  # SIGKILL is delivered at once, but the exit takes a moment
     raise TreeSurvived(f"processes marked {MARKER_VAR}={marker} still run after {rounds} sweeps: "
                        f"{carrying(marker)}")
+
+
+def _remove_cgroups_of(killed: list[int]) -> None:
+    """A supervisor removes its program's cgroup when it ends, and the fork server those of a
+    supervisor that died first; killed together, neither does. Their (now empty) groups are
+    named after the supervisor's pid: remove those of the pids killed, as the fork server would."""
+    if not killed:
+        return
+    from pytest_ponybench import sandbox
+
+    for pid in killed:
+        with contextlib.suppress(OSError):
+            sandbox.remove_leftover_cgroups(pid)
+
+
+def cgroups_of(pids) -> list[str]:
+    """The harness's cgroups (sandbox.py names them `ponybench-<supervisor pid>-...`) of these
+    pids, in this process's hierarchies."""
+    from pytest_ponybench import sandbox
+
+    prefixes = tuple(f"ponybench-{pid}-" for pid in pids)
+    found = []
+    for controller, path in sandbox._own_cgroup_paths().items():
+        if controller not in ("memory", "pids", ""):
+            continue
+        parent = os.path.join(sandbox.V1_ROOT, controller, path.lstrip("/"))
+        with contextlib.suppress(OSError):
+            found += [os.path.join(parent, n) for n in os.listdir(parent) if n.startswith(prefixes)]
+    return found
 
 
 @contextlib.contextmanager
