@@ -1,7 +1,8 @@
 """Nothing a test starts outlives it (tests/support/proc_tree.py): a child pytest session that
 leaves a double-forked setsid sleeper and then times out, is interrupted or ends well; the same
 through pytester's runpytest_subprocess; and the harness's own tree (fork server, supervisor,
-the stand-in CLI and its child), which the marker must reach for the sweep to find it.
+the stand-in CLI and its child, a check in its sandbox), which the marker must reach for the
+sweep to find it.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from support import proc_tree, proc_watch
-from support.benchproc import ADD_TASK, QUIET, Session, bench_args, fake_env, fake_pids, run, run_dirs, wait_for, write_project
+from support.benchproc import (ADD_TASK, GOOD_ADD, QUIET, Session, bench_args, fake_env, fake_pids, run, run_dirs, wait_for,
+                               write_project)
 
 # A test of an inner session: it leaves a daemon (fork, setsid, fork again: the grandchild
 # leads its own session and its parent is gone, so it belongs to no group and no parent of
@@ -170,3 +172,19 @@ def test_a_sweep_kills_a_process_that_forks_while_it_runs(tmp_path):
     assert killed, "the sweep found no hopper: it proves nothing"
     time.sleep(0.2)  # a hop that escaped would have forked again by now
     assert proc_tree.carrying(marker) == []
+
+
+def test_the_marker_reaches_a_check_in_its_sandbox(tmp_path):
+    """A check runs forked from a supervisor, in its own PID namespace under the untrusted uid
+    where the machine allows it: it still carries the marker, and the sweep ends it."""
+    task = {**ADD_TASK, "checks": {"correct": "import time\ntime.sleep(300)\n"}}  # the gate's proof hangs in it
+    root = write_project(tmp_path, {"add": task})
+    with Session(root, bench_args(root, "--runs=1", "-n", "0"), fake_env(root, write=GOOD_ADD)) as session:
+        def checks_marked() -> list[int]:
+            return [pid for pid in proc_tree.carrying(session.marker)
+                    if proc_watch.alive(pid) and Path(f"/proc/{pid}/comm").read_text().strip() == "pony-check"]
+
+        checks = wait_for(checks_marked, 180, "a check process carrying the marker", session)
+        proc_tree.end_tree(session.marker)
+        assert proc_watch.wait_until_dead(checks, timeout=5) == []
+        assert proc_tree.carrying(session.marker) == []
