@@ -40,3 +40,43 @@ def claude_bin() -> str:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+# --- nothing a test starts outlives it -------------------------------------------------------
+# The helpers that start a pytest session (support/benchproc.run and Session,
+# ponyproject.run_pytest, pytester's runpytest_subprocess) mark everything it starts
+# (support/proc_tree.py says why a marker in the environment). A call that fails kills its
+# tree at once; these fixtures kill the trees left by calls that ended well, once the test's
+# own assertions (some are about what the harness left behind) have run. Module-scoped
+# fixtures start sessions too: the module's fixture sweeps those.
+
+from support import proc_tree  # noqa: E402 - after the environment set above
+
+
+@pytest.fixture(autouse=True)
+def _test_trees_die_with_the_test():
+    with proc_tree.sweeping():
+        yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_trees_die_with_the_module():
+    with proc_tree.sweeping():
+        yield
+
+
+def _run_with_marked_tree(run):
+    """Pytester.run (behind runpytest_subprocess) with its child's tree marked: pytester's
+    popen builds the child's environment from os.environ, and kills only the child itself on
+    its timeout (and nothing on Ctrl-C)."""
+    import functools
+
+    @functools.wraps(run)
+    def marked_run(self, *cmdargs, **kwargs):
+        with proc_tree.marked_os_environ():
+            return run(self, *cmdargs, **kwargs)
+
+    return marked_run
+
+
+pytest.Pytester.run = _run_with_marked_tree(pytest.Pytester.run)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from support import proc_tree
 from support.ponyproject import only_run_dir, run_dirs  # noqa: F401 - re-exported for the fault tests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,21 +89,30 @@ def _env(env: dict[str, str] | None) -> dict[str, str]:
 
 def run(root: Path, args: list[str], env: dict[str, str] | None = None,
         timeout: float = 240) -> subprocess.CompletedProcess:
-    """`python -m pytest ARGS` in `root`, to its end."""
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=_env(env),
-                          capture_output=True, text=True, timeout=timeout)
+    """`python -m pytest ARGS` in `root`, to its end. Every process the child started dies at
+    once if the call fails (its timeout, Ctrl-C), else when the test ends (proc_tree)."""
+    with proc_tree.call_tree(_env(env)) as marked:
+        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=marked,
+                              capture_output=True, text=True, timeout=timeout)
 
 
 class Session:
     """`python -m pytest ARGS` started in its own session (so a test can signal its whole
-    process group, as a terminal or a CI runner would), output kept in files."""
+    process group, as a terminal or a CI runner would), output kept in files.
+
+    Everything it starts carries its own marker (proc_tree): leaving a `with` block by an
+    exception, and the end of the test, kill the whole tree, the harness's fork server and
+    supervisors (sessions of their own) and any setsid escapee too. `kill()` does not: tests
+    assert that the harness cleans up after a SIGKILL of its controller."""
 
     def __init__(self, root: Path, args: list[str], env: dict[str, str] | None = None, name: str = "session"):
         self.root = Path(root)
+        self.marker = proc_tree.new_marker()
         self.out_path, self.err_path = self.root / f"{name}.out", self.root / f"{name}.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=root, env=_env(env),
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+            self.proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=root,
+                                         env=proc_tree.marked_env(_env(env), self.marker), stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=err, start_new_session=True)
 
     @property
     def stdout(self) -> str:
@@ -129,9 +139,11 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type=None, *exc) -> None:
         if self.proc.poll() is None:
             self.kill()
+        if exc_type is not None:  # the test fails or is interrupted: its tree goes now
+            proc_tree.end_tree(self.marker)
 
 
 def wait_for(predicate, timeout: float, what: str, session: Session | None = None):

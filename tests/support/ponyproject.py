@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from support import proc_tree
+
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fakes" / "fake_claude.py"
 # Plugins of this machine that only slow a subprocess pytest down; absent ones are ignored.
@@ -151,9 +153,11 @@ def summary(run_dir: Path) -> dict:
 
 def run_pytest(root: Path, args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     """`python -m pytest ARGS` in `root`, for runs that several tests read (pytester is
-    per test). Output is text, stdout and stderr apart."""
+    per test). Output is text, stdout and stderr apart. Every process the child started dies
+    at once if the call fails (its timeout, Ctrl-C), else when the test or module ends (proc_tree)."""
     full_env = {**os.environ, **env}
     full_env.pop("PYTEST_ADDOPTS", None)
     full_env.pop("PYTEST_XDIST_WORKER", None)
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    with proc_tree.call_tree(full_env) as marked:
+        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=marked, capture_output=True,
+                              text=True, timeout=timeout)
