@@ -1054,6 +1054,30 @@ def test_a_non_finite_cost_in_the_result_line_leaves_every_record_json_safe(tmp_
     assert len(results(run_dir)) == 1
 
 
+def sibling_cli_hunt(script: Path, prelude: str, act: str) -> str:
+    """Code for a hostile CLI (hostile_cli's `before`): for up to 60 s, look in /proc for the
+    CLI of the cell running beside this one (this very program, run in a sibling workspace:
+    not the harness, whose argv names it too, nor this CLI) and do `act` to it once (`_pid`
+    is its pid); `prelude` defines what `act` needs."""
+    return prelude + textwrap.dedent(f"""
+        import os, time
+        _deadline = time.monotonic() + 60
+        _done = False
+        while not _done and time.monotonic() < _deadline:
+            for _pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+                try:
+                    _argv = open(f"/proc/{{_pid}}/cmdline", "rb").read()
+                    _cwd = os.readlink(f"/proc/{{_pid}}/cwd")
+                except OSError:
+                    continue
+                if ({str(script)!r}.encode() in _argv.split(b"\\0")[:2] and _cwd != os.getcwd()
+                        and os.path.dirname(_cwd) == os.path.dirname(os.getcwd())):
+                    {act}
+                    _done = True
+            time.sleep(0.1)
+        """)
+
+
 def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
     """Attack: with two cells at once, the agent of cell 1 (unconfined, as the stand-in always
     runs) finds the other cell's CLI in /proc (the same program, another workspace as its cwd)
@@ -1064,26 +1088,7 @@ def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
                      "running at once are processes of the same user, and one CLI kills its neighbour's")
     root = write_project(tmp_path, {"add": ADD_TASK})
     env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "sleep_then_ok", "sleep": 30}})
-    script = tmp_path / "hostile-claude"
-    hunt = textwrap.dedent(f"""
-        import os, signal, time
-        _deadline = time.monotonic() + 60
-        _killed = False
-        while not _killed and time.monotonic() < _deadline:
-            for _pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    _argv = open(f"/proc/{{_pid}}/cmdline", "rb").read()
-                    _cwd = os.readlink(f"/proc/{{_pid}}/cwd")
-                except OSError:
-                    continue
-                # the other cell's CLI: this program, run in a sibling workspace (not the harness,
-                # whose argv names it too, nor this very CLI)
-                if ({str(script)!r}.encode() in _argv.split(b"\\0")[:2] and _cwd != os.getcwd()
-                        and os.path.dirname(_cwd) == os.path.dirname(os.getcwd())):
-                    os.kill(int(_pid), signal.SIGKILL)
-                    _killed = True
-            time.sleep(0.1)
-        """)
+    hunt = sibling_cli_hunt(tmp_path / "hostile-claude", "import signal\n", "os.kill(_pid, signal.SIGKILL)")
     done = session(root, hostile_cli(tmp_path, before={CELL(1): hunt}), "--runs=2", "--ponybench-at-once=2", env=env)
     assert "unconfined (--ponybench-no-confine)" in done.stdout and agent.UNCONFINED_REACH_OWN_PIDS in done.stdout, \
         done.stdout[:3000]  # the header says what the agent can reach here
@@ -1102,11 +1107,9 @@ def test_a_cell_cannot_crash_the_agent_of_a_cell_running_beside_it_through_proc_
     agent from signalling anything outside, not from what its user may do with files."""
     root = write_project(tmp_path, {"add": ADD_TASK})
     env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "sleep_then_ok", "sleep": 30}})
-    script = tmp_path / "hostile-claude"
-    hunt = textwrap.dedent(f"""
-        import os, time
+    overwrite = textwrap.dedent("""
         def _overwrite_code(pid):
-            with open(f"/proc/{{pid}}/maps") as maps, open(f"/proc/{{pid}}/mem", "r+b", buffering=0) as mem:
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
                 for line in maps:
                     span, perms = line.split()[:2]
                     if "x" not in perms:
@@ -1117,21 +1120,8 @@ def test_a_cell_cannot_crash_the_agent_of_a_cell_running_beside_it_through_proc_
                         mem.write(bytes(min(high - low, 1 << 20)))
                     except (OSError, OverflowError):  # [vsyscall] and the like
                         pass
-        _deadline = time.monotonic() + 60
-        _done = False
-        while not _done and time.monotonic() < _deadline:
-            for _pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    _argv = open(f"/proc/{{_pid}}/cmdline", "rb").read()
-                    _cwd = os.readlink(f"/proc/{{_pid}}/cwd")
-                except OSError:
-                    continue
-                if ({str(script)!r}.encode() in _argv.split(b"\\0")[:2] and _cwd != os.getcwd()
-                        and os.path.dirname(_cwd) == os.path.dirname(os.getcwd())):
-                    _overwrite_code(int(_pid))
-                    _done = True
-            time.sleep(0.1)
         """)
+    hunt = sibling_cli_hunt(tmp_path / "hostile-claude", overwrite, "_overwrite_code(_pid)")
     done = session(root, hostile_cli(tmp_path, before={CELL(1): hunt}), "--runs=2", "--ponybench-at-once=2", env=env)
     records = by_cell(results(only_run_dir(root)))
     assert CELL(0) in records, done.stdout[-3000:]
@@ -1140,21 +1130,11 @@ def test_a_cell_cannot_crash_the_agent_of_a_cell_running_beside_it_through_proc_
 
 # The agent's view of its ancestors: from its own host pid (/proc/self, the host's /proc, in a
 # PID namespace or not) up the host's parent links, past the harness's pony-* processes.
-AGENT_FINDS_HARNESS = '''
+AGENT_FINDS_HARNESS = FIND_HARNESS + '''
 import os, signal
-def _host_parent(pid):
-    with open(f"/proc/{pid}/stat") as fh:
-        stat = fh.read()
-    return int(stat[stat.rfind(")") + 2:].split()[1])
-def _comm(pid):
-    try:
-        with open(f"/proc/{pid}/comm") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-_harness = _host_parent(int(os.readlink("/proc/self")))
+_harness = _ppid(int(os.readlink("/proc/self")))
 while _harness > 1 and _comm(_harness).startswith("pony-"):
-    _harness = _host_parent(_harness)
+    _harness = _ppid(_harness)
 '''
 
 
