@@ -352,8 +352,9 @@ class Controller:
         box = agent.sandbox() if state.settings.confine is not False else None
         # Where the agent ran, and what the checks of this run ran in (sandbox.py) with what
         # this machine lacked: kept with the run, never compared on resume (a host may differ).
+        own_pids = confined or not sandbox.support().namespaces  # bubblewrap's, or agent.run's
         options[CONFINEMENT] = {"confined": confined, "why": "" if confined else (
-            "--ponybench-no-confine" if box is None else box.problem), "own_pids": confined or not sandbox.support().namespaces,
+            "--ponybench-no-confine" if box is None else box.problem), "own_pids": own_pids,
             "limits": agent.limits_record(state.agent_limits(), sandbox.support().cgroup, sandbox.support().cgroup_kind)}
         state.run_dir.write_options({**options, "sandbox": sandbox.support().as_record()})
 

@@ -592,6 +592,7 @@ def _own_cgroup_paths() -> dict[str, str]:
         pass
     return paths
 
+
 def byte_size(size: int) -> str:
     """A byte count as people write it: '4 GiB', '256 MiB'."""
     return f"{size / 1024 ** 3:g} GiB" if size % 1024 ** 3 == 0 else f"{size / 1024 ** 2:g} MiB"
