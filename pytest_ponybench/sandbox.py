@@ -733,21 +733,27 @@ class CallCgroup:
             _rmdir(d)
 
 
-def remove_leftover_cgroups(supervisor: int) -> None:
-    """Remove the (empty) groups of a supervisor that died before removing them."""
+def supervisor_cgroups(supervisor: int) -> list[str]:
+    """The groups a supervisor made (CallCgroup.create names them ponybench-<its pid>-...)
+    still there, below this process's own in each hierarchy it uses."""
     own = _own_cgroup_paths()
     prefix = f"ponybench-{supervisor}-"
+    found = []
     for controller in ("memory", "pids", ""):
         if controller not in own:
             continue
         parent = os.path.join(V1_ROOT, controller, own[controller].lstrip("/"))
         try:
-            names = os.listdir(parent)
+            found += [os.path.join(parent, name) for name in os.listdir(parent) if name.startswith(prefix)]
         except OSError:
             continue
-        for name in names:
-            if name.startswith(prefix):
-                _rmdir(os.path.join(parent, name))
+    return found
+
+
+def remove_leftover_cgroups(supervisor: int) -> None:
+    """Remove the (empty) groups of a supervisor that died before removing them."""
+    for group in supervisor_cgroups(supervisor):
+        _rmdir(group)
 
 
 def _write(path: str, text: str) -> None:

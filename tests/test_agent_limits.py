@@ -234,20 +234,6 @@ def test_the_agent_and_a_check_say_a_limit_in_the_same_words():
     assert agent.limit_hit({"memory": False, "pids": False}) == "" == _limits_said({"limits": None})
 
 
-def group_dirs_of(supervisor: int) -> list[str]:
-    """The cgroup folders a supervisor made (named ponybench-<its pid>-...), still there."""
-    own = sandbox._own_cgroup_paths()
-    found = []
-    for controller in ("memory", "pids", ""):
-        if controller in own:
-            parent = os.path.join(sandbox.V1_ROOT, controller, own[controller].lstrip("/"))
-            try:
-                found += [os.path.join(parent, n) for n in os.listdir(parent) if n.startswith(f"ponybench-{supervisor}-")]
-            except OSError:
-                pass
-    return found
-
-
 def test_a_program_killed_at_its_deadline_takes_its_daemon_and_its_cgroup_with_it(tmp_path):
     """The timeout path: the supervisor is stopped while the program hangs; its daemon (forked
     twice, setsid) dies, the group is removed and what it met is still reported."""
@@ -262,7 +248,7 @@ def test_a_program_killed_at_its_deadline_takes_its_daemon_and_its_cgroup_with_i
     assert procs.wait_or_kill(child, 1.0) is True
     assert alive_with(mark) == []
     assert child.limits is not None and child.limits["pids_max"] == 64 and not child.limits["memory"], child.limits
-    assert group_dirs_of(child.pid) == []
+    assert sandbox.supervisor_cgroups(child.pid) == []
 
 
 def test_a_confined_cell_has_a_configuration_folder_of_its_own(tmp_path, monkeypatch):

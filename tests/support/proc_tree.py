@@ -119,15 +119,7 @@ def cgroups_of(pids) -> list[str]:
     pids, in this process's hierarchies."""
     from pytest_ponybench import sandbox
 
-    prefixes = tuple(f"ponybench-{pid}-" for pid in pids)
-    found = []
-    for controller, path in sandbox._own_cgroup_paths().items():
-        if controller not in ("memory", "pids", ""):
-            continue
-        parent = os.path.join(sandbox.V1_ROOT, controller, path.lstrip("/"))
-        with contextlib.suppress(OSError):
-            found += [os.path.join(parent, n) for n in os.listdir(parent) if n.startswith(prefixes)]
-    return found
+    return [group for pid in pids for group in sandbox.supervisor_cgroups(pid)]
 
 
 @contextlib.contextmanager
