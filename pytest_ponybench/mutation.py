@@ -177,10 +177,11 @@ def _put(parent, name, index, new) -> None:
 def python_mutants(rel: str, source: str, lines: set[int] | None = None) -> list[Mutant]:
     """The mutants of a Python file; only sites starting on `lines` (1-based) when given."""
     try:
-        count = len(_sites(parse_python(source)))
+        first = parse_python(source)
     except SyntaxError:
         return []
-    original = ast.unparse(parse_python(source))
+    count = len(_sites(first))
+    original = ast.unparse(first)  # before any maker touched a tree: _sites only lists
     mutants, seen = [], {original}
     for k in range(count):
         tree = parse_python(source)  # a fresh tree per mutant: the makers reuse the old children
