@@ -125,6 +125,19 @@ def test_code_needs_the_task_s_file(tmp_path):
         variant.files_for(task)
 
 
+def test_a_caught_variant_on_an_axis_the_task_does_not_check_is_rejected(tmp_path):
+    """A red team may name an axis the task has no check for (`safe` on a task that checks
+    only `correct`): no verdict could ever catch it, so it is the variants file's error,
+    named, not a KeyError when the table is drawn."""
+    task_path = tmp_path / "t.yaml"
+    task_path.write_text(yaml.safe_dump({"prompt": "p", "file": "a.py", "checks": {"correct": "pass\n"},
+                                         "refs": {"axis": "correct", "good": "x = 1\n", "bad": "x = 2\n"}}))
+    task = load_task(task_path, tmp_path)
+    variant = strength.Variant(task="t", name="a", kind="caught", axis="safe", mistake="m", files={"a.py": "x = 1\n"})
+    with pytest.raises(SpecError, match=r"variant t/a: axis 'safe' is not one of the task's checks \(correct\)"):
+        strength.judge(task, variant)
+
+
 # --- judging -----------------------------------------------------------------------------------
 
 @pytest.fixture
