@@ -81,17 +81,30 @@ class TreeSurvived(AssertionError):
     pass
 
 
+# Empty passes in a row before a sweep believes it: one pass reads /proc, then each process's
+# environ, and a process that forks and exits in a loop can be gone from the listing it was in
+# and born after it, so a single empty pass proves nothing against it.
+EMPTY_PASSES = 3
+
+
 def end_tree(marker: str, rounds: int = 200) -> list[int]:
-    """SIGKILL every process carrying `marker` until none is left; the pids killed. A process
-    forked after a pass read /proc is found by the next one; one that keeps escaping for
-    `rounds` passes (a fork bomb faster than the sweep) is an error, not a silent leftover."""
+    """SIGKILL every process carrying `marker` until none is left (EMPTY_PASSES empty passes
+    in a row); the pids killed. A process forked after a pass read /proc is found by a later
+    one; one that keeps escaping for `rounds` passes (a fork bomb faster than the sweep) is an
+    error, not a silent leftover."""
     killed: list[int] = []
+    empty = 0
     for _ in range(rounds):
         left = carrying(marker)
         if not left:
-            _unswept.discard(marker)
-            _remove_cgroups_of(killed)
-            return killed
+            empty += 1
+            if empty >= EMPTY_PASSES:
+                _unswept.discard(marker)
+                _remove_cgroups_of(killed)
+                return killed
+            time.sleep(0.01)
+            continue
+        empty = 0
         for pid in left:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
