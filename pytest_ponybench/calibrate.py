@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from . import agent, instruments, judge
+from . import agent, judge
+from .calibration import FLOOR, GRADERS_AXIS, MIN_LABELS, calibration_path
 
-FLOOR = 0.6  # Cohen's kappa of the gate's decision: "substantial" agreement (Landis and Koch)
-MIN_LABELS = 40  # labels per axis below which no kappa is believed
 VARIANTS = ("good", "over_built", "stub")
 AT_ONCE = 4
 
@@ -142,7 +141,6 @@ def calibrate(ask, items: Sequence[Item], votes: int = 1) -> dict:
 
 # --------------------------------------------------------------------------- the judged graders
 
-GRADERS_AXIS = "graders"
 
 
 @dataclass(frozen=True)
@@ -213,34 +211,6 @@ def calibrate_graders(ask, items: Sequence[GraderItem], votes: int = 1) -> dict:
     figures["passes_floor"] = bool(len(pairs) >= MIN_LABELS and scored and len(scored) == len(pairs)
                                    and kappa is not None and kappa >= FLOOR)
     return {GRADERS_AXIS: figures}
-
-
-def calibration_path(fingerprint: str, directory: Path | None = None) -> Path | None:
-    base = directory if directory is not None else instruments.cache_dir()
-    return None if base is None else Path(base) / "calibrations" / f"{fingerprint}.json"
-
-
-def load_calibration(fingerprint: str, path: Path | None = None) -> dict | None:
-    """The calibration on record for this judge fingerprint (`path`: a file given instead)."""
-    target = path if path is not None else calibration_path(fingerprint)
-    try:
-        data = json.loads(Path(target).read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
-        return None
-    return data if isinstance(data, dict) and data.get("fingerprint") == fingerprint else None
-
-
-def gate_problem(axis: str, calibration: dict | None) -> str | None:
-    """Why a gate on `axis` may not use this judge (None when it may)."""
-    if calibration is None:
-        return "the judge has no calibration on record (run ponybench-calibrate with the same judge model and CLI)"
-    figures = (calibration.get("axes") or {}).get(axis) or {}
-    if figures.get("labels", 0) < MIN_LABELS:
-        return f"its calibration has {figures.get('labels', 0)} labels on {axis}, fewer than {MIN_LABELS}"
-    if not figures.get("passes_floor"):
-        return (f"its calibration on {axis} is below the floor: decision kappa {figures.get('decision_kappa')} "
-                f"(floor {FLOOR}), {figures.get('judged')} of {figures.get('labels')} labels judged")
-    return None
 
 
 def lines(result: dict, identity: str) -> list[str]:

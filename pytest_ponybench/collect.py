@@ -39,7 +39,7 @@ class _PlainFailure:
 
 
 class TaskFile(pytest.File):
-    """One task file. `state` is the session's PonybenchState (plugin.py), handed over when
+    """One task file. `state` is the session's PonybenchState (session.py), handed over when
     the collector is made, so items get what they need without reaching back for it."""
 
     def __init__(self, *, state, fixtures_dir: Path | None = None, **kwargs):

@@ -28,7 +28,7 @@ from typing import Sequence
 
 from . import stats, tables
 from .rundir import RESULTS
-from .options import parse_number
+from .argtypes import parse_number
 from .stats import Estimate, PairStats, PooledStats
 
 SUMMARY = "summary.json"

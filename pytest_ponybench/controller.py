@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import re
 import signal
 from pathlib import Path
@@ -359,7 +358,7 @@ class Controller:
         state.run_dir.write_options({**options, "sandbox": sandbox.support().as_record()})
 
     def settled_confinement(self) -> bool:
-        """Whether this session's agents run in the sandbox (plugin.PonybenchState.confined),
+        """Whether this session's agents run in the sandbox (session.PonybenchState.confined),
         with its one line for the header; --ponybench-confine where it cannot be stops here."""
         try:
             confined = self.state.confined()

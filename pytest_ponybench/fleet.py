@@ -273,7 +273,7 @@ def _unpack_into(config, settings_cls, shipped: dict, scratch: Path) -> Unpacked
     for name in _PATH_SETTINGS:
         data[name] = None if data[name] is None else Path(data[name])
     if data.get("rehearse_fault"):  # asdict made the rehearsal's Fault a plain dict to travel
-        from .rehearsal import Fault
+        from .faults import Fault
 
         data["rehearse_fault"] = Fault(**data["rehearse_fault"])
     data.update(tasks_dir=tree / shipped["tasks_rel"], arms_dir=scratch / "arms", fixtures_dir=scratch / "fixtures",

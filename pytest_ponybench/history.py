@@ -29,7 +29,7 @@ from typing import Sequence
 from . import record as records_
 from . import stats
 from .compare import RunError, is_rehearsal, load_records
-from .options import parse_number
+from .argtypes import parse_number
 from .rundir import RESULTS, SUMMARY, write_atomic
 from .tables import Table
 

@@ -4,7 +4,7 @@
 Neither gate trusts a judge that has not been calibrated: each is "not evaluated" (a failure
 unless --allow-unevaluated) when the run has no judged cells, when its cells name more than
 one judge, when the two runs were judged by different judges (the increase), or when the
-judge has no calibration on record at or above the floor for that axis (calibrate.py).
+judge has no calibration on record at or above the floor for that axis (calibration.py).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from . import calibrate, judge
+from . import calibration, judge
 
 
 def add_arguments(group) -> None:
@@ -57,9 +57,9 @@ def evaluate(old: Sequence[dict], new: Sequence[dict], max_increase: float | Non
             f"the new run's cells name {len(judges)} judges ({', '.join(sorted(judges))})"
         return failures, [f"{axis} gate not evaluated: {why}" for axis, _ in wanted]
     (fp,) = judges
-    record = calibrate.load_calibration(fp, calibration_file)
+    record = calibration.load_calibration(fp, calibration_file)
     for axis, limit in wanted:
-        problem = calibrate.gate_problem(axis, record)
+        problem = calibration.gate_problem(axis, record)
         if problem:
             unevaluated.append(f"{axis} gate not evaluated: judge {fp}: {problem}")
             continue
@@ -90,7 +90,6 @@ def evaluate(old: Sequence[dict], new: Sequence[dict], max_increase: float | Non
     return failures, unevaluated
 
 
-GRADERS_AXIS = "graders"  # the calibration record's axis of the judged graders (calibrate.py --graders-labels)
 
 
 def grader_counts(records) -> dict[tuple, list[int]]:
@@ -117,7 +116,7 @@ def evaluate_graders(new: Sequence[dict], min_rate: float | None,
                else f"the new run's graders name {len(judges)} judges ({', '.join(sorted(judges))})")
         return [], [f"judged grader gate not evaluated: {why}"]
     (fp,) = judges
-    problem = calibrate.gate_problem(GRADERS_AXIS, calibrate.load_calibration(fp, calibration_file))
+    problem = calibration.gate_problem(calibration.GRADERS_AXIS, calibration.load_calibration(fp, calibration_file))
     if problem:
         return [], [f"judged grader gate not evaluated: judge {fp}: {problem}"]
     failures = []

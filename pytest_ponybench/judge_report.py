@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from . import judge
+from .rundir import read_jsonl, valid_cost
 from .tables import Table
 
 N_BOOT = 2000
@@ -215,13 +216,17 @@ def _not_judged_notes(records) -> list[str]:
     return [f"not judged in {n} cell(s): {why}" for why, n in sorted(counted.items(), key=lambda kv: -kv[1])[:5]]
 
 
+def judge_spent(run_dir) -> float:
+    """What the run's judge requests cost: ledger lines named `.../judge`."""
+    return sum(valid_cost(e.get("cost_usd")) or 0.0 for e in read_jsonl(run_dir.spend_path)
+               if str(e.get("cell", "")).endswith(judge.SPEND_SUFFIX))
+
+
 def summary(records: Sequence[dict], reference: str, run_dir) -> dict | None:
     """summary.json's `judged`: the judge, its rubric, the rows, and what judging cost apart
     from the agents' spend."""
     if not judged_records(records):
         return None
-    from .judging import judge_spent
-
     spent = judge_spent(run_dir)
     return {"judge": identity(records), "rubric": judge.rubric_hash(), "rows": rows(records, reference),
             "judge_spent_usd": round(spent, 6), "agent_spent_usd": round(max(run_dir.spent() - spent, 0.0), 6),

@@ -367,16 +367,3 @@ def verdict_from(data) -> Verdict | None:
 
 
 # --------------------------------------------------------------------------- the rehearsal's judge
-
-
-def scripted_verdict(request_text: str, script: str) -> str:
-    """The scripted judge on a grader request: `agree` fails work that did nothing (the
-    refusal, or no answer and no file) and passes anything else; `disagree` says the opposite.
-    (`malformed` is handled by judge.scripted_answer.) A stand-in for the harness, never a
-    measurement."""
-    work = request_text.split("## The agent's work", 1)[-1]
-    did_nothing = REFUSAL in work or ("(no final answer)" in work and "(no file written)" in work)
-    passed = not did_nothing
-    if script == "disagree":
-        passed = not passed
-    return json.dumps({"pass": passed, "why": "scripted: " + ("did nothing" if did_nothing else "did the work")})

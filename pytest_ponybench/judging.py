@@ -29,8 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from . import agent, instruments, judge, judged_graders, record as records
-from .rundir import HARNESS_PREFIX, canonical, mac, read_jsonl, read_record, valid_cost, write_atomic, write_record
+from . import agent, calibration, instruments, judge, judged_graders, record as records
+from .faults import parse_fault
+from .rundir import HARNESS_PREFIX, canonical, mac, read_record, write_atomic, write_record
 
 PROOF_AT_ONCE = 4  # judge pairs proven at once
 PROOF_FILE = f"{HARNESS_PREFIX}.judge-proof.json"  # the run's judge proof, sealed, for every worker
@@ -54,8 +55,6 @@ def odd_votes(value: str) -> int:
 def rehearsal_judge(value: str) -> tuple[str, int, object]:
     """(script, malformed first N, fault) from 'agree', 'disagree', 'malformed', 'malformed:N'
     (N malformed answers, then agreeing ones) or a fault as for --ponybench-rehearse-fault."""
-    from .rehearsal import parse_fault
-
     kind, _, count = value.partition(":")
     if kind in ("agree", "disagree") and not count:
         return kind, 0, None
@@ -106,18 +105,13 @@ def settings(config) -> JudgeSettings:
                          votes=votes, script=opt.ponybench_rehearse_judge or ("agree", 0, None))
 
 
-def judge_spent(run_dir) -> float:
-    """What the run's judge requests cost: ledger lines named `.../judge`."""
-    return sum(valid_cost(e.get("cost_usd")) or 0.0 for e in read_jsonl(run_dir.spend_path)
-               if str(e.get("cell", "")).endswith(judge.SPEND_SUFFIX))
-
-
 class RehearsalJudge:
     """A scripted model serving one `rehearsal.JudgeScript` (`script`: rehearsal_judge's
     tuple), with a private HOME for the CLI; `env` points the judge's CLI at it."""
 
     def __init__(self, script: tuple):
-        from .rehearsal import CREDENTIAL_VARS, REHEARSAL_KEY, JudgeScript, ScriptedModel
+        from .rehearsal import JudgeScript, ScriptedModel
+        from .rehearsal_plugin import CREDENTIAL_VARS, REHEARSAL_KEY
 
         name, first, fault = script
         self.home = tempfile.mkdtemp(prefix="ponybench-judge-home-")
@@ -455,7 +449,7 @@ class JudgePlugin:
                 tr.write_line(line)
             for line in self.calibration_lines(every):
                 tr.write_line(line)
-            spent = judge_spent(self.state.run_dir)
+            spent = judge_report.judge_spent(self.state.run_dir)
             tr.write_line(f"judge cost {usd(spent)}, apart from the agents' {usd(max(self.state.run_dir.spent() - spent, 0.0))}"
                           + (" (simulated)" if self.rehearsal else ""))
         graded = grader_lines(every)
@@ -472,22 +466,21 @@ class JudgePlugin:
 
     def calibration_lines(self, every) -> list[str]:
         """What is on record of this run's judge's calibration: may a gate use it?"""
-        from . import calibrate
 
         out = []
         fps = {str(r["judge_fingerprint"]) for r in every if r.get("judge_fingerprint")}
         fps |= {str(r["graders_judge_fingerprint"]) for r in every if r.get("graders_judge_fingerprint")}
         for fp in sorted(fps):
-            record = calibrate.load_calibration(fp)
+            record = calibration.load_calibration(fp)
             if record is None:
                 out.append(f"calibration: none on record for judge {fp}: its judged axes cannot gate "
                            f"(ponybench-calibrate)")
                 continue
             for axis, f in sorted((record.get("axes") or {}).items()):
-                verdict = "may gate" if calibrate.gate_problem(axis, record) is None else "may NOT gate"
+                verdict = "may gate" if calibration.gate_problem(axis, record) is None else "may NOT gate"
                 out.append(f"calibration of judge {fp} on {axis}: agreement {f.get('agreement')}, Cohen's kappa "
                            f"{f.get('kappa')}, of the gate's decision {f.get('decision_kappa')} over "
-                           f"{f.get('labels')} labels (floor {calibrate.FLOOR}): {verdict}")
+                           f"{f.get('labels')} labels (floor {calibration.FLOOR}): {verdict}")
         return out
 
     def pytest_unconfigure(self, config):

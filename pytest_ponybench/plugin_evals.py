@@ -243,7 +243,7 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
             rehearsal_files, default_answer, unsatisfied = default_rehearsal(graders)
             answer = answer if answer is not None else default_answer
         else:  # judged graders only: scored as an open task, on delivered code
-            from .rehearsal import DEFAULT_FILES
+            from .rehearsal_plugin import DEFAULT_FILES
 
             rehearsal_files = dict(DEFAULT_FILES)
     checks = {}
@@ -347,7 +347,7 @@ class EvalSuites:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session):
         """After the controller wrote summary.md: append the graders that were not run."""
-        from .plugin import STATE
+        from .session import STATE
 
         state = session.config.stash.get(STATE, None)
         run_dir = getattr(state, "run_dir", None)

@@ -113,14 +113,15 @@ def record_for(item, state) -> dict:
     """`item`'s record, produced in the pool; the cells after it are started meanwhile."""
     from functools import partial
 
-    from .collect import CellItem
-
     def workspace_of(cell_item):  # None for a rescore: a stop must never touch a kept result
         return None if cell_item.rescore_workspace is not None else state.run_dir.cell_dir(cell_item.cell.id)
 
     state.cell_context(item.config.hook)  # a rehearsal starts here, in the main thread, once
     pool = get(state.settings.at_once)
     for cell_item in [item, *_upcoming(item, pool)]:
-        if isinstance(cell_item, CellItem) and pool.pending() < 2 * pool.size:
+        # A cell item is what can produce a record (collect.CellItem); other items (a task's
+        # selftest) run as pytest runs them. Collection calls the pool, so the pool does not
+        # import collection's class.
+        if hasattr(cell_item, "produce_record") and pool.pending() < 2 * pool.size:
             pool.submit(cell_item.nodeid, partial(cell_item.produce_record, state), workspace_of(cell_item))
     return pool.result(item.nodeid, partial(item.produce_record, state), workspace_of(item))

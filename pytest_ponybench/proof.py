@@ -22,10 +22,24 @@ from __future__ import annotations
 import json
 import os
 
-from .rehearsal import plugin_markers
 
 HOOKS_FILE = os.path.join("hooks", "hooks.json")
 STDERR_EXCERPT = 300
+
+
+def plugin_markers(plugin_dir: str | None) -> list[str]:
+    """Text a plugin's skills put in front of the model: `<plugin>:<skill>` names."""
+    if not plugin_dir:
+        return []
+    root = os.path.realpath(plugin_dir)
+    try:
+        with open(os.path.join(root, ".claude-plugin", "plugin.json"), encoding="utf-8") as fh:
+            name = json.load(fh).get("name") or os.path.basename(root)
+    except (OSError, ValueError):
+        name = os.path.basename(root)
+    skills_dir = os.path.join(root, "skills")
+    skills = sorted(os.listdir(skills_dir)) if os.path.isdir(skills_dir) else []
+    return [f"{name}:{skill}" for skill in skills if os.path.isfile(os.path.join(skills_dir, skill, "SKILL.md"))]
 
 
 def plugin_hook_events(plugin_dir: str | None) -> set[str]:

@@ -25,12 +25,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urlsplit
+
+from .faults import FAULT_STATUSES, Fault
 
 __all__ = ["CellScript", "JudgeScript", "ScriptedModel", "prove_arm"]
 
@@ -80,7 +80,7 @@ class CellScript:
 @dataclass
 class JudgeScript(CellScript):
     """The scripted judge (judge.py): every /v1/messages request under its key is answered
-    with ``judge.scripted_answer`` of the request's text, whatever its tools. ``script`` is
+    with ``scripted_judge.scripted_answer`` of the request's text, whatever its tools. ``script`` is
     "agree", "disagree" or "malformed"; ``malformed_first`` answers the first N requests
     with prose before following ``script`` (a malformed answer the judge asks again);
     ``fault`` plays an API fault as for a cell."""
@@ -89,56 +89,14 @@ class JudgeScript(CellScript):
     malformed_first: int = 0
 
     def reply(self, body: dict, number: int) -> str:
-        from .judge import scripted_answer
+        from .scripted_judge import scripted_answer  # only a judge script needs it: the server stays stdlib only
 
         if number <= self.malformed_first:
             return scripted_answer("", "malformed")
         return scripted_answer("\n".join(_message_texts(body)), self.script)
 
 
-# The error type the Messages API names for each status a fault can answer with.
-FAULT_STATUSES = {429: "rate_limit_error", 529: "overloaded_error", 500: "api_error",
-                  401: "authentication_error", 403: "permission_error"}
 FAULT_STALL_SECONDS = 3600.0  # "stall": longer than any cell timeout; the server's stop wakes it
-FAULT_SYNTAX = ("429, 529, 500, 401 or 403 (an API error), 'stall' (never answer) or 'cut' (end the "
-                "stream mid-message), optionally followed by ':N' for the first N requests only "
-                "(e.g. 529:1); without it, every request")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """What the scripted model does wrong: ``kind`` is an HTTP status as text ("529"),
-    "stall" or "cut"; ``first`` limits it to the first N /v1/messages requests of the cell
-    (None: all of them). Registering a cell again starts the count afresh, so a retried cell
-    meets the same fault."""
-
-    kind: str
-    first: int | None = None
-
-    @property
-    def status(self) -> int | None:
-        return int(self.kind) if self.kind.isdigit() else None
-
-    def applies(self, request_number: int) -> bool:
-        """Whether the request_number-th (1-based) request of a cell meets the fault."""
-        return self.first is None or request_number <= self.first
-
-    def __str__(self) -> str:
-        return self.kind if self.first is None else f"{self.kind}:{self.first}"
-
-
-def parse_fault(text: str) -> Fault:
-    """A fault from its written form ('529', '429:2', 'stall', 'cut:1'); ValueError naming
-    what is allowed when it is none of them."""
-    kind, _, first = str(text).strip().partition(":")
-    allowed = {str(s) for s in FAULT_STATUSES} | {"stall", "cut"}
-    if kind not in allowed:
-        raise ValueError(f"'{text}' is not a fault: give {FAULT_SYNTAX}")
-    if not first:
-        return Fault(kind)
-    if not first.isdigit() or int(first) < 1:
-        raise ValueError(f"'{text}': the count after ':' must be a whole number of 1 or more")
-    return Fault(kind, int(first))
 
 
 @dataclass
@@ -583,136 +541,3 @@ def prove_arm(requests: list[dict], appended: str | None, context: list[str],
         parts.append(f"{len(context)} context string(s) in every main-loop request")
     parts.append(f"none of {len(foreign)} foreign string(s) anywhere")
     return True, "arm proven: " + "; ".join(parts)
-
-
-# --- Rehearsing a cell ---------------------------------------------------------------------
-# The scripted model plays each task and the server's records prove each arm. One server per
-# process (the single process, or each xdist worker), started with the first cell.
-
-REHEARSAL_KEY = "ponybench-rehearsal-not-a-real-key"
-REHEARSAL_MAX_RETRIES = 2
-# A plausible small file for open and fixture tasks that declare no `rehearsal:` files.
-DEFAULT_FILES = {"solution.py": 'def main():\n    """Entry point."""\n    return 0\n'}
-# Credentials that must never reach a rehearsal's CLI: it talks to the scripted model only.
-CREDENTIAL_VARS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK",
-                   "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL")
-
-
-def rehearsal_files(task, side: str = "good") -> dict[str, str]:
-    """What the scripted model writes for a task. Good (the default): its `rehearsal:` files,
-    else its good reference, else a small plausible file. Bad: its bad reference, to show the
-    gates catch it (a task without references has nothing bad to play and writes as for good)."""
-    if side == "bad" and task.refs is not None:
-        return dict(task.refs.bad)
-    if task.rehearsal:
-        return dict(task.rehearsal)
-    if task.refs is not None:
-        return dict(task.refs.good)
-    return dict(DEFAULT_FILES)
-
-
-def plugin_markers(plugin_dir: str | None) -> list[str]:
-    """Text a plugin's skills put in front of the model: `<plugin>:<skill>` names."""
-    if not plugin_dir:
-        return []
-    root = os.path.realpath(plugin_dir)
-    try:
-        with open(os.path.join(root, ".claude-plugin", "plugin.json"), encoding="utf-8") as fh:
-            name = json.load(fh).get("name") or os.path.basename(root)
-    except (OSError, ValueError):
-        name = os.path.basename(root)
-    skills_dir = os.path.join(root, "skills")
-    skills = sorted(os.listdir(skills_dir)) if os.path.isdir(skills_dir) else []
-    return [f"{name}:{skill}" for skill in skills if os.path.isfile(os.path.join(skills_dir, skill, "SKILL.md"))]
-
-
-class RehearsalPlugin:
-    """Rehearsal as a pytest plugin, registered under --ponybench-rehearse in every process
-    that runs cells: it points each cell's CLI at one ScriptedModel (started with the first
-    cell) and proves the arm from the model's records, through the cell hooks of hookspec.py."""
-
-    def __init__(self, config, arms: dict, arms_dir, side: str = "good", fault: Fault | None = None):
-        self.config = config  # its hook lets a conftest adjust each cell's script
-        self.arms = arms
-        self.arms_dir = arms_dir
-        self.side = side
-        self.fault = fault  # --ponybench-rehearse-fault: played in every cell
-        self.home: str | None = None  # a private HOME for the CLI, made with the server
-        self.model = ScriptedModel()
-        self._started = False
-        self._texts: dict = {}  # arm -> (appended, context), see _arm_texts
-        self._lock = threading.Lock()
-
-    def _server(self) -> ScriptedModel:
-        with self._lock:
-            if not self._started:
-                self.home = tempfile.mkdtemp(prefix="ponybench-rehearsal-home-")
-                self.model.start()
-                self._started = True
-        return self.model
-
-    def pytest_unconfigure(self, config):
-        if self._started:
-            self.model.stop()
-            shutil.rmtree(self.home, ignore_errors=True)
-            self._started = False
-
-    def pytest_ponybench_agent_env(self, cell, workspace) -> dict[str, str]:
-        files = rehearsal_files(cell.task, self.side)
-        # The run's fault wins over the task's: the run option is the more deliberate choice.
-        fault = self.fault or (parse_fault(cell.task.rehearsal_fault) if cell.task.rehearsal_fault else None)
-        script = CellScript(writes=[(str(os.path.join(workspace, rel)), content) for rel, content in files.items()],
-                            answer="Done: the change is written.", fault=fault)
-        self.config.hook.pytest_ponybench_rehearsal_script(cell=cell, script=script, workspace=workspace)
-        url = self._server().register(cell.id, script)
-        env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": REHEARSAL_KEY, "IS_SANDBOX": "1",
-               # A played API error ends after 2 quick retries (about 3 s) instead of 10 slow ones.
-               "CLAUDE_CODE_MAX_RETRIES": str(REHEARSAL_MAX_RETRIES),
-               # The user's own ~/.claude (credentials, settings, history) stays out of a rehearsal.
-               "HOME": self.home, "CLAUDE_CONFIG_DIR": os.path.join(self.home, ".claude")}
-        env.update({var: "" for var in CREDENTIAL_VARS})
-        return env
-
-    def _arm_texts(self, arm) -> tuple[str | None, list[str]]:
-        """(appended text, context strings) of an arm; worked out once per session, since
-        proving one cell reads every arm's (plugin lookup, skills on disk)."""
-        if arm not in self._texts:
-            from .cell import append_text
-            from .spec import SpecError, resolve_plugin_dir
-
-            try:
-                plugin_dir = resolve_plugin_dir(arm, self.arms_dir)
-            except SpecError:
-                plugin_dir = None
-            self._texts[arm] = (append_text(arm), list(arm.proof) + plugin_markers(plugin_dir))
-        return self._texts[arm]
-
-    def pytest_ponybench_prove_arm(self, cell, workspace, transcript) -> str:
-        appended, context = self._arm_texts(cell.arm)
-        if cell.arm.plugin:
-            from .proof import failed_hook
-            from .spec import SpecError, resolve_plugin_dir
-
-            try:
-                plugin_dir = resolve_plugin_dir(cell.arm, self.arms_dir)
-            except SpecError:
-                plugin_dir = None
-            broken = failed_hook(cell.arm.name, plugin_dir, getattr(transcript, "hooks", None) or [])
-            if broken:  # quoted as in a real run: why the arm's text never reached the model
-                self.model.forget(cell.id)
-                return broken
-        if cell.arm.plugin and not context:
-            return (f"arm '{cell.arm.name}' has nothing that can prove it reached the model: give it "
-                    f"`proof:` strings (its SessionStart context) or a plugin with skills")
-        own = " ".join([appended or ""] + context)
-        foreign = []
-        for other in self.arms.values():
-            if other.name == cell.arm.name:
-                continue
-            _, other_context = self._arm_texts(other)
-            candidates = ([other.prompt] if other.prompt else []) + other_context
-            # Text another arm shares with this one (a prompt that is a prefix of ours) proves nothing.
-            foreign += [text for text in candidates if text and text not in own]
-        ok, reason = prove_arm(self.model.requests(cell.id), appended, context, foreign)
-        self.model.forget(cell.id)
-        return "" if ok else reason

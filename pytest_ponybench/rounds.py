@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from .options import parse_number, positive_int
+from .argtypes import parse_number, positive_int
 from .rundir import SUMMARY_MD, read_jsonl, usd, write_atomic
 
 DECIDED = "decided"

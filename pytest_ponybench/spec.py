@@ -17,6 +17,8 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from .faults import parse_fault
+
 AXES = ("correct", "safe")
 HARNESS_PREFIX = "_ponybench"  # harness files in a workspace; never seeded, never counted
 
@@ -492,8 +494,6 @@ def _rehearsal_fault(path: Path, raw: dict) -> str:
     value = raw.get("rehearsal_fault")
     if value is None:
         return ""
-    from .rehearsal import parse_fault  # stdlib only: no cycle, nothing heavy
-
     try:
         return str(parse_fault(str(value)))
     except ValueError as exc:

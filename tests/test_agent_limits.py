@@ -212,7 +212,7 @@ def test_a_bad_limit_is_named_before_any_cell(tmp_path, flag, value, said):
 
 
 def test_sizes_read_as_people_write_them():
-    from pytest_ponybench.options import agent_memory
+    from pytest_ponybench.argtypes import agent_memory
 
     assert agent_memory("4G") == agent_memory("4GiB") == agent_memory("4gb") == 4 * 1024 ** 3
     assert agent_memory("512M") == agent_memory(str(512 * 1024 ** 2)) == 512 * 1024 ** 2

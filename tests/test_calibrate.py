@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import calibrate, compare, judge
+from pytest_ponybench import calibrate, calibration as calibration_record, compare, judge, scripted_judge
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = ROOT / "tests" / "judge_labels.yaml"
 
 
 def scripted(script):
-    return lambda text: judge.Reply("finished", judge.scripted_answer(text, script), 0.001)
+    return lambda text: judge.Reply("finished", scripted_judge.scripted_answer(text, script), 0.001)
 
 
 def test_cohen_kappa_by_hand():
@@ -139,7 +139,7 @@ def test_calibrate_through_the_pinned_cli_records_by_fingerprint(tmp_path, claud
     assert "may NOT gate" in printed  # 2 labels: fewer than the 40 a kappa needs
     record = json.loads(out.read_text())
     assert record["rubric"] == judge.rubric_hash() and record["axes"]["over_engineering"]["labels"] == 2
-    assert calibrate.gate_problem("over_engineering", record).startswith("its calibration has 2 labels")
+    assert calibration_record.gate_problem("over_engineering", record).startswith("its calibration has 2 labels")
 
 
 # --------------------------------------------------------------------------- the judged graders' calibration and gate

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ponybench import agent, options, proof, record as records, tables
-from pytest_ponybench.rehearsal import Fault, parse_fault
+from pytest_ponybench.faults import Fault, parse_fault
 from pytest_ponybench.rundir import PAUSE_FILE, RunDir
 from pytest_ponybench.spec import SpecError, load_task
 from support import ponyproject as pp

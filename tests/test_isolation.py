@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import agent, rehearsal
+from pytest_ponybench import agent, rehearsal, rehearsal_plugin
 
 MODEL_ID = "claude-haiku-4-5-20251001"
 # Sources that must never reach the model: marker -> path relative to the layout's root.
@@ -65,7 +65,7 @@ def markers_reaching_the_model(claude: str, root: Path, isolated: bool) -> set[s
     workspace = layout(root)
     with rehearsal.ScriptedModel() as model:
         url = model.register("cell", rehearsal.CellScript(answer="Done."))
-        env = agent.agent_env({"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": rehearsal.REHEARSAL_KEY,
+        env = agent.agent_env({"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": rehearsal_plugin.REHEARSAL_KEY,
                                "IS_SANDBOX": "1", "HOME": str(root / "home"), "CLAUDE_CODE_MAX_RETRIES": "0"})
         env.pop("CLAUDE_CONFIG_DIR", None)  # the user's config folder: ~/.claude of that home
         if not isolated:  # the control: the same cell without the two variables

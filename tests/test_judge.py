@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import judge, workspace
+from pytest_ponybench import judge, scripted_judge, workspace
 from pytest_ponybench.rehearsal import Fault, JudgeScript, ScriptedModel
 from pytest_ponybench.rundir import write_record
 from pytest_ponybench.spec import load_task
@@ -179,7 +179,7 @@ def test_every_shipped_task_has_pairs_an_agreeing_judge_ranks_rightly(path):
     pairs = judge.pairs_for(task)
     assert {p.axis for p in pairs} == set(judge.axes_for(task.kind))
     for script, wrong in (("agree", False), ("disagree", True)):
-        ask = lambda text, s=script: judge.Reply("finished", judge.scripted_answer(text, s))
+        ask = lambda text, s=script: judge.Reply("finished", scripted_judge.scripted_answer(text, s))
         for pair in pairs:
             problem, _, requests = judge.prove_pair(ask, pair, task.prompt)
             assert requests == 2

@@ -9,7 +9,7 @@ import threading
 import pytest
 import yaml
 
-from pytest_ponybench import judge, judged_graders as jg, plugin_evals
+from pytest_ponybench import judge, judged_graders as jg, plugin_evals, scripted_judge
 from pytest_ponybench.spec import SpecError
 
 
@@ -101,9 +101,9 @@ def test_the_proof_needs_a_pass_of_the_pass_example_and_a_fail_of_the_fail_examp
     ("agree", jg.Work(""), False), ("disagree", jg.Work("I wrote it."), False),
 ])
 def test_the_scripted_judge_answers_grader_requests(script, work, passed):
-    text = judge.scripted_answer(jg.prompt(GRADER, "ticket", work), script)
+    text = scripted_judge.scripted_answer(jg.prompt(GRADER, "ticket", work), script)
     assert jg.parse_verdict(text)[0] is passed
-    assert jg.parse_verdict(judge.scripted_answer(jg.prompt(GRADER, "t", work), "malformed"))[0] is None
+    assert jg.parse_verdict(scripted_judge.scripted_answer(jg.prompt(GRADER, "t", work), "malformed"))[0] is None
 
 
 def test_a_kept_verdict_round_trips_and_its_key_follows_the_rubric():

@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from pytest_ponybench import cell, rehearsal, spec
+from pytest_ponybench import cell, proof, rehearsal_plugin, spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -13,20 +13,20 @@ def task(name):
 
 def test_the_scripted_model_plays_the_chosen_reference():
     gated = task("upload_path")
-    assert rehearsal.rehearsal_files(gated) == gated.refs.good
-    assert rehearsal.rehearsal_files(gated, "bad") == gated.refs.bad
+    assert rehearsal_plugin.rehearsal_files(gated) == gated.refs.good
+    assert rehearsal_plugin.rehearsal_files(gated, "bad") == gated.refs.bad
     # A task with its own rehearsal files still plays its bad reference when asked.
     fixture = task("notes_health")
-    assert fixture.rehearsal and rehearsal.rehearsal_files(fixture) == fixture.rehearsal
-    assert rehearsal.rehearsal_files(fixture, "bad") == fixture.refs.bad
+    assert fixture.rehearsal and rehearsal_plugin.rehearsal_files(fixture) == fixture.rehearsal
+    assert rehearsal_plugin.rehearsal_files(fixture, "bad") == fixture.refs.bad
 
 
 def test_a_task_without_references_gets_a_plausible_file(tmp_path):
     path = tmp_path / "bare.yaml"
     path.write_text("prompt: build something\nopen: true\n")
     bare = spec.load_task(path, tmp_path)
-    assert rehearsal.rehearsal_files(bare) == rehearsal.DEFAULT_FILES
-    assert rehearsal.rehearsal_files(bare, "bad") == rehearsal.DEFAULT_FILES
+    assert rehearsal_plugin.rehearsal_files(bare) == rehearsal_plugin.DEFAULT_FILES
+    assert rehearsal_plugin.rehearsal_files(bare, "bad") == rehearsal_plugin.DEFAULT_FILES
 
 
 def test_plugin_markers_name_each_skill(tmp_path):
@@ -37,8 +37,8 @@ def test_plugin_markers_name_each_skill(tmp_path):
         (plugin / "skills" / skill).mkdir(parents=True)
         (plugin / "skills" / skill / "SKILL.md").write_text("---\nname: x\n---\n")
     (plugin / "skills" / "no-skill-file").mkdir()
-    assert rehearsal.plugin_markers(str(plugin)) == ["tidy:a-skill", "tidy:b-skill"]
-    assert rehearsal.plugin_markers(None) == []
+    assert proof.plugin_markers(str(plugin)) == ["tidy:a-skill", "tidy:b-skill"]
+    assert proof.plugin_markers(None) == []
 
 
 def _request(system_text, message_text):
@@ -50,7 +50,7 @@ def test_prove_ignores_another_arms_text_that_is_part_of_our_own(monkeypatch):
     arms = {a.name: a for a in (spec.ArmSpec("yagni", None, prompt="Follow YAGNI principles."),
                                 spec.ArmSpec("yagni-oneliner", None,
                                              prompt="Follow YAGNI principles, and prefer one-liner solutions."))}
-    run = rehearsal.RehearsalPlugin(None, arms, REPO / "arms")
+    run = rehearsal_plugin.RehearsalPlugin(None, arms, REPO / "arms")
     one = cell.Cell(task("upload_path"), arms["yagni-oneliner"], "haiku", "claude-haiku-4-5-20251001", 0)
     # The server records what the CLI sent; here the test says what it sent.
     sent = [_request("You are Claude Code.\n\n" + cell.append_text(one.arm), "task")]
@@ -67,6 +67,6 @@ def test_a_plugin_arm_with_nothing_to_prove_is_not_proven(tmp_path):
     empty = tmp_path / "empty-plugin"
     (empty / ".claude-plugin").mkdir(parents=True)
     arm = spec.ArmSpec("empty", None, plugin=str(empty))
-    run = rehearsal.RehearsalPlugin(None, {"empty": arm}, tmp_path)
+    run = rehearsal_plugin.RehearsalPlugin(None, {"empty": arm}, tmp_path)
     one = cell.Cell(task("upload_path"), arm, "haiku", "claude-haiku-4-5-20251001", 0)
     assert "nothing that can prove it" in run.pytest_ponybench_prove_arm(one, None, None)
