@@ -288,13 +288,13 @@ def test_a_forked_check_imports_nothing_its_fork_server_has_not_imported(tmp_pat
     # process (about 3.5 ms for regressions.py alone, twice a cell).
     probe = textwrap.dedent("""
         import sys
-        from pytest_ponybench import procs
+        from pytest_ponybench import forkserver, procs, supervisor  # what the server imports
         for module in procs.WARM_MODULES:
             __import__(module)
         before = set(sys.modules)
         from pytest_ponybench import checklib, checks
         checklib.namespace("x.py")
-        procs._limits(1024)
+        supervisor._limits(1024)
         print(" ".join(sorted(set(sys.modules) - before)))
     """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
