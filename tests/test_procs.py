@@ -1,5 +1,6 @@
-"""The supervisor and its fork server (procs.py): cheap children that still cannot outlive
-their cell. Every guarantee is checked against real processes read from /proc."""
+"""The supervisor and its fork server (procs.py, forkserver.py, supervisor.py): cheap children
+that still cannot outlive their cell. Every guarantee is checked against real processes read
+from /proc."""
 from __future__ import annotations
 
 import json
