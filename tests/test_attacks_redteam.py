@@ -47,7 +47,7 @@ BAD_ADD = "def add(a, b):\n    return a - b\n"
 CHECK_TIMEOUT = 20.0
 
 # Walks up from the agent's code to the harness: the first ancestor that is not one of the
-# harness's own children (pony-check, pony-supervisor, pony-server: procs._name).
+# harness's own children (pony-check, pony-supervisor, pony-server: supervisor._name).
 FIND_HARNESS = '''
 import os as _os
 def _comm(pid):

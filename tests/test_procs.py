@@ -1,5 +1,6 @@
-"""The supervisor and its fork server (procs.py): cheap children that still cannot outlive
-their cell. Every guarantee is checked against real processes read from /proc."""
+"""The supervisor and its fork server (procs.py, forkserver.py, supervisor.py): cheap children
+that still cannot outlive their cell. Every guarantee is checked against real processes read
+from /proc."""
 from __future__ import annotations
 
 import json
@@ -288,13 +289,13 @@ def test_a_forked_check_imports_nothing_its_fork_server_has_not_imported(tmp_pat
     # process (about 3.5 ms for regressions.py alone, twice a cell).
     probe = textwrap.dedent("""
         import sys
-        from pytest_ponybench import procs
+        from pytest_ponybench import forkserver, procs, supervisor  # what the server imports
         for module in procs.WARM_MODULES:
             __import__(module)
         before = set(sys.modules)
         from pytest_ponybench import checklib, checks
         checklib.namespace("x.py")
-        procs._limits(1024)
+        supervisor._limits(1024)
         print(" ".join(sorted(set(sys.modules) - before)))
     """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
