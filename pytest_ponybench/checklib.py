@@ -48,25 +48,24 @@ Following the ticket rather than a list of payloads (docs/writing-tasks.md):
 - entry points as a user would run them: `find_class(module, method, *names)` (the class the
   ticket names first), `find_programs(language, hint)` (`python -m package`, scripts with a
   shebang and no `.py`, `node` entry files and the modules that start a server)
+
+This module is the API's one face (task code also reads `checklib.WORKSPACE`, `checklib.REFERENCE`,
+...); what remote.py and regressions.py need lives below it, so nothing imports back up:
+check_state.py (where the check runs), check_clock.py (the fake clock), check_boundary.py
+(reaching the agent's code and programs), remote.py (the trust boundary itself).
 """
 from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as _datetime
-import importlib.util
-import itertools
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -74,172 +73,27 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from . import batteries, inputs, remote
+from . import batteries, check_state, inputs, remote
+# What the check code sees, made in the modules below (which regressions.py uses too):
+from .check_boundary import (_STARTERS, _agent_child, _in_the_check, _preexec, _processes,  # noqa: F401
+                             _ProgramOfTheCheck, _untrusted_child, agent_module, by_reference, find_class,
+                             find_function, free_port, guard_programs, http, load, record_calls, start_process,
+                             subclass, wait_port)
+from .check_clock import _REAL_DATE, _REAL_DATETIME, Clock, FakeDate, FakeDatetime, fake_clock  # noqa: F401
+from .regressions import notes_app_regressions
+from .remote import _counter, load_here  # noqa: F401
 
-WORKSPACE = Path.cwd()
-# True in a check's process (checks.run_here): the agent's code runs only in host processes
-# (remote.py); `load` and `agent_module` return proxies of what they import there.
-BEHIND_BOUNDARY = False
-CHECK_GLOBALS: dict | None = None  # the check code's namespace: the modules it names are those it may patch
-REFERENCE: Path | None = None  # the good reference's own copy, when the task has one (checks.run_here)
-_counter = itertools.count()
-_processes: list[subprocess.Popen] = []
-
-
-def load(path, name=None, root=None):
-    """The agent's module at `path` (of the workspace, or of `root`), imported fresh: behind
-    the trust boundary, in the host process of that tree, as a `remote.Remote` proxy."""
-    if BEHIND_BOUNDARY:
-        tree = Path(root or WORKSPACE).resolve()
-        return remote.host(tree).request("load", None, str(path), name, str(tree))
-    return load_here(path, name, root)
+# Where the check runs (WORKSPACE, REFERENCE, BEHIND_BOUNDARY, CHECK_GLOBALS) lives in
+# check_state, which checks.run_here and remote.start_host set at run time: a copy here would
+# keep the value of the day it was made, so `checklib.WORKSPACE` (task code reads it) reads
+# check_state's through this. Set them there, not here.
+_STATE = ("WORKSPACE", "REFERENCE", "BEHIND_BOUNDARY", "CHECK_GLOBALS")
 
 
-def agent_module(name: str, reference: bool = False, fresh: bool = False):
-    """The module `name` as the agent's code imports it (`import centralbank` in rates.py):
-    the same module object its code uses, so what the check reads or sets on it is what that
-    code sees. `reference`: the one of the reference's copy. `fresh`: imported anew, so a
-    module that binds a name at import (`from text_utils import slugify`) binds what the
-    check has set since."""
-    if not BEHIND_BOUNDARY:
-        import importlib
-        if fresh:
-            sys.modules.pop(name, None)
-        return importlib.import_module(name)
-    tree = REFERENCE if reference else WORKSPACE
-    assert tree is not None, "this task has no good reference to compare with (refs.good)"
-    endpoint = remote.host(Path(tree).resolve())
-    if fresh:
-        endpoint.request("drop_module", None, name)
-    return endpoint.request("module", None, name)
-
-
-@contextlib.contextmanager
-def record_calls(*names: str, reference: bool = False):
-    """Log every call the agent's code makes, during the block, to the functions named (dotted:
-    "subprocess.Popen.__init__", "builtins.open", "os.system"), where that code runs: behind
-    the trust boundary, in its host. Yields {name: [[args, kwargs], ...]}, filled when the
-    block ends; arguments that are not data (a Popen's self) come as proxies. The agent's code
-    could forge this log: a spy checks what a fine implementation shows, not a safety rule."""
-    calls: dict = {}
-    if not BEHIND_BOUNDARY:  # a task whose checks are not yet behind the boundary
-        index = remote._record_start(None, None, list(names))
-        try:
-            yield calls
-        finally:
-            calls.update(remote._record_stop(None, None, index))
-        return
-    tree = REFERENCE if reference else WORKSPACE
-    endpoint = remote.host(Path(tree).resolve())
-    index = endpoint.request("record_start", None, list(names))
-    try:
-        yield calls
-    finally:
-        calls.update(endpoint.request("record_stop", None, index))
-
-
-def by_reference(owner, name: str):
-    """The attribute `name` of an agent object (a module of `agent_module`) as a proxy of the
-    object itself, not a copy of its value: `by_reference(store, "ARTICLES")[:] = [...]`
-    changes the list the agent's code holds. Outside the boundary, the attribute itself."""
-    if isinstance(owner, remote.Remote):
-        return owner._endpoint.request("getref", owner._id, name)
-    return getattr(owner, name)
-
-
-def subclass(base, name: str):
-    """A subclass named `name` of one of the agent's classes (`class Timeout(payments.GatewayUnavailable)`
-    in a check), made where that class lives: behind the trust boundary, its host."""
-    if isinstance(base, remote.Remote):
-        return base._endpoint.request("subclass", base._id, name)
-    return type(name, (base,), {})
-
-
-def load_here(path, name=None, root=None):
-    target = (Path(root or WORKSPACE) / path).resolve()
-    assert target.is_file(), f"{path} was not written"
-    module_name = name or f"_pony_{target.stem}_{next(_counter)}"
-    spec = importlib.util.spec_from_file_location(module_name, target)
-    assert spec is not None and spec.loader is not None, f"{path} is not importable Python"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-def find_function(module, *names):
-    if isinstance(module, remote.Remote):
-        return module._endpoint.request("find_function", module._id, *names)
-    for name in names:
-        candidate = getattr(module, name, None)
-        if callable(candidate):
-            return candidate
-    raise AssertionError(f"no function named any of {', '.join(names)}")
-
-
-def find_class(module, method, *names):
-    """The class the ticket names (the first of `names` the module has, with `method`), else
-    the first class defined in the module with `method`: a helper class with the same method
-    name, defined first, is not taken for the one the ticket asks for."""
-    if isinstance(module, remote.Remote):
-        return module._endpoint.request("find_class", module._id, method, *names)
-    for name in names:
-        value = getattr(module, name, None)
-        if isinstance(value, type) and callable(getattr(value, method, None)):
-            return value
-    for value in vars(module).values():
-        if isinstance(value, type) and value.__module__ == module.__name__ and callable(getattr(value, method, None)):
-            return value
-    raise AssertionError(f"no class {'named ' + ' or '.join(names) + ' ' if names else ''}with a method {method}()")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10, process: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"the program exited with code {process.returncode} before listening on port {port}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listened on port {port} within {timeout} s")
-
-
-def start_process(argv, port=None, timeout=10, env=None, cwd=None):
-    """Start a program in the check's own process group, so killing the check kills it too;
-    in the workspace, or `cwd` (the reference's copy, for a differential of two servers)."""
-    proc = subprocess.Popen(
-        [str(a) for a in argv], cwd=cwd or WORKSPACE, env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        preexec_fn=_preexec(argv, cwd or WORKSPACE),
-    )
-    _processes.append(proc)
-    if port is not None:
-        wait_port(port, timeout, proc)
-    return proc
-
-
-def http(method, url, body=None, headers=None, timeout=5):
-    data = body
-    headers = dict(headers or {})
-    if body is not None and not isinstance(body, (bytes, str)):
-        data = json.dumps(body)
-        headers.setdefault("Content-Type", "application/json")
-    if isinstance(data, str):
-        data = data.encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
+def __getattr__(name: str):
+    if name in _STATE:
+        return getattr(check_state, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Named checks ---------------------------------------------------------------------------
@@ -278,8 +132,8 @@ DIFFERENTIAL_EXAMPLES = 150  # per differential: enough to reach the corners, we
 def load_reference(path=None, name=None):
     """The good reference's module (its own copy: nothing the delivered code does to its own
     files reaches it)."""
-    assert REFERENCE is not None, "this task has no good reference to compare with (refs.good)"
-    return load(path or _entry, name=name, root=REFERENCE)
+    assert check_state.REFERENCE is not None, "this task has no good reference to compare with (refs.good)"
+    return load(path or _entry, name=name, root=check_state.REFERENCE)
 
 
 _entry: str | None = None  # the task's entry file, for load_reference()
@@ -408,67 +262,6 @@ def time_zone(name: str):
         time.tzset()
 
 
-@dataclass
-class Clock:
-    """A clock that moves only when told: `now` is seconds since the epoch (UTC)."""
-
-    now: float
-    monotonic: float = 10_000.0
-    calls: int = field(default=0)
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        self.monotonic += seconds
-
-
-_REAL_DATETIME, _REAL_DATE = _datetime.datetime, _datetime.date
-
-
-# They read time.time, not a clock of their own: in a host process (remote.py) time.time calls
-# the check's clock back, while a copy of the check's Clock there would never move.
-class FakeDatetime(_REAL_DATETIME):
-    @classmethod
-    def now(cls, tz=None):
-        return _REAL_DATETIME.fromtimestamp(time.time(), tz) if tz else _REAL_DATETIME.fromtimestamp(time.time())
-
-    @classmethod
-    def utcnow(cls):
-        return _REAL_DATETIME.fromtimestamp(time.time(), _datetime.timezone.utc).replace(tzinfo=None)
-
-    @classmethod
-    def today(cls):
-        return cls.now()
-
-
-class FakeDate(_REAL_DATE):
-    @classmethod
-    def today(cls):
-        return _REAL_DATE.fromtimestamp(time.time())
-
-
-@contextlib.contextmanager
-def fake_clock(start: float = 1_704_067_200.0):
-    """Run the block with time.time, time.monotonic (and their _ns forms), datetime.now,
-    utcnow and date.today reading `Clock.now`; default start 2024-01-01T00:00:00Z. Load the
-    delivered module inside the block: `from datetime import datetime` then takes the fake."""
-    clock = Clock(now=start)
-    real_datetime, real_date = _datetime.datetime, _datetime.date
-    patches = {"time": lambda: clock.now, "time_ns": lambda: int(clock.now * 1e9),
-               "monotonic": lambda: clock.monotonic, "monotonic_ns": lambda: int(clock.monotonic * 1e9)}
-    for function in patches.values():
-        function._ponybench_check_side = True  # a host calls it back (remote._check_side)
-    saved = {name: getattr(time, name) for name in patches}
-    try:
-        for name, function in patches.items():
-            setattr(time, name, function)
-        _datetime.datetime, _datetime.date = FakeDatetime, FakeDate
-        yield clock
-    finally:
-        for name, function in saved.items():
-            setattr(time, name, function)
-        _datetime.datetime, _datetime.date = real_datetime, real_date
-
-
 NON_ASCII_DIR = "répertoire ü 測試"
 
 
@@ -491,7 +284,7 @@ def non_ascii_copy() -> Path:
     tmp = tempfile.mkdtemp(prefix="ponybench-copy-")
     _scratch.append(tmp)
     target = Path(tmp) / NON_ASCII_DIR
-    shutil.copytree(WORKSPACE, target, symlinks=True)
+    shutil.copytree(check_state.WORKSPACE, target, symlinks=True)
     return target
 
 
@@ -514,16 +307,16 @@ class Program:
 
     def run(self, *args, cwd=None, timeout: float = 10, input: str | None = None, env=None):
         try:
-            return subprocess.run([*self.argv, *map(str, args)], cwd=cwd or WORKSPACE, capture_output=True, text=True,
+            return subprocess.run([*self.argv, *map(str, args)], cwd=cwd or check_state.WORKSPACE, capture_output=True, text=True,
                                   timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL,
                                   env={**os.environ, **self.env, **(env or {})},
-                                  preexec_fn=_preexec([*self.argv, *map(str, args)], cwd or WORKSPACE))
+                                  preexec_fn=_preexec([*self.argv, *map(str, args)], cwd or check_state.WORKSPACE))
         except subprocess.TimeoutExpired:
             raise AssertionError(f"`{self.name} {' '.join(map(str, args))}` did not finish within {timeout:g} s") from None
 
 
 def _files(suffixes) -> list[Path]:
-    return sorted(p for p in WORKSPACE.rglob("*") if p.is_file() and not SKIP_DIRS & set(p.relative_to(WORKSPACE).parts)
+    return sorted(p for p in check_state.WORKSPACE.rglob("*") if p.is_file() and not SKIP_DIRS & set(p.relative_to(check_state.WORKSPACE).parts)
                   and not p.name.startswith("_ponybench") and (p.suffix in suffixes))
 
 
@@ -553,14 +346,14 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
     hint = hint.lower()
     if language == "python":
         for main in _files({".py"}):
-            if main.name == "__main__.py" and not is_test_file(main.relative_to(WORKSPACE)):
-                package = main.parent.relative_to(WORKSPACE)
+            if main.name == "__main__.py" and not is_test_file(main.relative_to(check_state.WORKSPACE)):
+                package = main.parent.relative_to(check_state.WORKSPACE)
                 if str(package) != ".":
                     found.append(Program(f"python -m {'.'.join(package.parts)}",
                                          (sys.executable, "-m", ".".join(package.parts)),
-                                         {"PYTHONPATH": str(WORKSPACE)}))
+                                         {"PYTHONPATH": str(check_state.WORKSPACE)}))
         for path in _files({".py", ""}):
-            rel = path.relative_to(WORKSPACE)
+            rel = path.relative_to(check_state.WORKSPACE)
             if is_test_file(rel) or path.name == "__main__.py" or path.name == "setup.py":
                 continue
             if path.suffix == "" and "python" not in _shebang(path):
@@ -572,7 +365,7 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
             found.append(Program(str(rel), (sys.executable, str(path)), {"PYTHONPATH": str(path.parent)}))
     elif language == "node":
         names: list[str] = []
-        package = WORKSPACE / "package.json"
+        package = check_state.WORKSPACE / "package.json"
         if package.is_file():
             try:
                 meta = json.loads(package.read_text())
@@ -581,7 +374,7 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
                 names.append(str(meta.get("main") or ""))
             except (ValueError, AttributeError):
                 pass
-        scripts = [p for p in _files({".js", ".mjs", ".cjs"}) if not is_test_file(p.relative_to(WORKSPACE))]
+        scripts = [p for p in _files({".js", ".mjs", ".cjs"}) if not is_test_file(p.relative_to(check_state.WORKSPACE))]
         servers = [p for p in scripts if "createServer" in p.read_text(errors="replace")
                    or re.search(r"\blisten\s*\(", p.read_text(errors="replace"))]
         # A file that requires a server module is how the server is started (index.js doing
@@ -589,98 +382,15 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
         starters = [p for p in scripts if any(
             q != p and re.search(rf"""(require\s*\(|from\s+|import\s*\()\s*['"]\./{re.escape(q.stem)}(\.c?m?js)?['"]""",
                                  p.read_text(errors="replace")) for q in servers)]
-        names += [str(p.relative_to(WORKSPACE)) for p in starters + [s for s in servers if s not in starters]]
+        names += [str(p.relative_to(check_state.WORKSPACE)) for p in starters + [s for s in servers if s not in starters]]
         names = [n.removeprefix("./") for n in names]
         for index, name in enumerate(names):
-            if name and name not in names[:index] and (WORKSPACE / name).is_file():
-                found.append(Program(f"node {name}", ("node", str(WORKSPACE / name))))
+            if name and name not in names[:index] and (check_state.WORKSPACE / name).is_file():
+                found.append(Program(f"node {name}", ("node", str(check_state.WORKSPACE / name))))
     else:
         raise ValueError(f"find_programs: language {language!r} is not python or node")
     found.sort(key=lambda p: hint not in p.name.lower() if hint else False)
     return found
-
-
-def _untrusted_child() -> None:
-    """preexec of the reference's programs: the sandbox's unprivileged user where there is one."""
-    remote.become_untrusted()
-
-
-def _agent_child() -> None:
-    """preexec of the agent's programs: that user too, in the view without the reference's copy."""
-    remote.become_untrusted()
-    remote.enter_agent_view()
-
-
-def _preexec(argv=(), cwd=None):
-    """What a program a check starts runs as: a program of the reference (its cwd or an
-    argument in the reference's copy: `node REFERENCE/server.js`) sees that copy; any other
-    is the agent's and does not."""
-    try:
-        from . import sandbox  # the sandbox branch's module, where merged
-    except ImportError:
-        return None
-    if not getattr(sandbox, "IN_SANDBOX", False):
-        return None
-    if remote.is_reference(cwd) or any(remote.is_reference(a) for a in argv if os.path.isabs(str(a))):
-        return _untrusted_child
-    return _agent_child
-
-
-class _ProgramOfTheCheck(subprocess.Popen):
-    """subprocess.Popen in a check's process: a program started without the helper API (a
-    check's own `subprocess.run([sys.executable, "todo.py", ...])`) runs as `start_process`
-    would start it, so the agent's program never sees the reference's copy whichever way the
-    check starts it. A `preexec_fn` of the check's own runs after. Only in the check's own
-    process: a host forked from it (remote.py) runs the agent's or the reference's code in its
-    view already, and its programs stay there as they would anywhere."""
-
-    check_pid: int | None = None
-
-    def __init__(self, args, *more, **options):
-        own = options.get("preexec_fn")
-        # Started by the helper API (its choice made already), or with positional options
-        # (rare), or in a host: left as they came.
-        if os.getpid() == _ProgramOfTheCheck.check_pid and not more and own not in (_agent_child, _untrusted_child):
-            argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-            chosen = _preexec([os.fsdecode(a) for a in argv if isinstance(a, (str, bytes, os.PathLike))],
-                              options.get("cwd") or WORKSPACE)
-            if chosen is not None:
-                options["preexec_fn"] = chosen if own is None else (lambda: (chosen(), own()))
-        super().__init__(args, *more, **options)
-
-
-def _in_the_check(original):
-    """`original` (an os function that starts a program) as a check's process must call it:
-    anywhere else (a host forked from it, where the agent's code runs in its own view
-    already) it is left as it was."""
-    def guarded(*args, **kwargs):
-        if os.getpid() != _ProgramOfTheCheck.check_pid or _preexec((), WORKSPACE) is None:  # no view to keep
-            return original(*args, **kwargs)
-        if original.__name__ == "system":
-            # The same shell, started as subprocess is (guarded), with os.system's wait status.
-            code = subprocess.call(*args, **kwargs, shell=True)
-            return code << 8 if code >= 0 else -code
-        raise PermissionError(f"os.{original.__name__} cannot start a program in a check: use subprocess, "
-                              f"os.system or start_process, which run the agent's programs in its own view")
-    return guarded
-
-
-# The ways a check's process could start a program past subprocess.Popen: os.popen goes through
-# subprocess; os.system's shell is routed through it; posix_spawn and the spawn* family would
-# start the program in the check's view, where the reference's copy is visible, so they are refused.
-_STARTERS = ("system", "posix_spawn", "posix_spawnp", "spawnl", "spawnle", "spawnlp", "spawnlpe",
-             "spawnv", "spawnve", "spawnvp", "spawnvpe")
-
-
-def guard_programs() -> None:
-    """Every program this check's process starts through subprocess, os.popen or os.system is
-    the agent's unless it runs from the reference's copy (_preexec); posix_spawn and the spawn*
-    family are refused there. Called once, in the check's own process."""
-    _ProgramOfTheCheck.check_pid = os.getpid()
-    subprocess.Popen = _ProgramOfTheCheck
-    for name in _STARTERS:
-        if hasattr(os, name):
-            setattr(os, name, _in_the_check(getattr(os, name)))
 
 
 def cleanup() -> None:
@@ -696,13 +406,11 @@ def cleanup() -> None:
 
 
 def namespace(entry: str | None) -> dict:
-    from .regressions import notes_app_regressions  # it uses this module's helpers
-
-    global _entry, CHECK_GLOBALS
+    global _entry
     _entry = entry
-    CHECK_GLOBALS = {
+    check_state.CHECK_GLOBALS = {
         "__name__": "__ponybench_check__", "Path": Path,
-        "WORKSPACE": WORKSPACE, "FILE": entry, "load": load, "agent_module": agent_module, "record_calls": record_calls,
+        "WORKSPACE": check_state.WORKSPACE, "FILE": entry, "load": load, "agent_module": agent_module, "record_calls": record_calls,
         "by_reference": by_reference, "subclass": subclass,
         "find_function": find_function,
         "find_class": find_class, "free_port": free_port, "wait_port": wait_port,
@@ -714,4 +422,4 @@ def namespace(entry: str | None) -> dict:
         **{name: getattr(batteries, name) for name in batteries.NAMES},
         "notes_app_regressions": notes_app_regressions,
     }
-    return CHECK_GLOBALS
+    return check_state.CHECK_GLOBALS

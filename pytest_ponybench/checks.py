@@ -230,7 +230,7 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
     and this process, which alone writes the verdict, never imports it. A host that died or
     broke the protocol fails the check whatever the check code caught. Without `boundary`
     (a task marked `checks_in_process`) the agent's modules are imported here, as before."""
-    from . import checklib, remote  # with its imports, before an agent's json.py or http.py can shadow them
+    from . import check_state, checklib, remote  # with its imports, before an agent's json.py or http.py can shadow them
 
     verdict_fd = _open_verdict(verdict_path)
     if sandbox.IN_SANDBOX and boundary and reference:
@@ -247,9 +247,10 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
     if sandbox.IN_SANDBOX:
         sandbox.become_untrusted()
     sys.dont_write_bytecode = True  # no __pycache__ left in the kept workspace
-    checklib.WORKSPACE = Path.cwd()  # the module was imported once, in the fork server's directory
-    checklib.REFERENCE = Path(reference) if reference else None
-    checklib.BEHIND_BOUNDARY = boundary
+    # Where this check runs, read by checklib (checklib.WORKSPACE, ...), remote and regressions.
+    check_state.WORKSPACE = Path.cwd()  # the module was imported once, in the fork server's directory
+    check_state.REFERENCE = Path(reference) if reference else None
+    check_state.BEHIND_BOUNDARY = boundary
     if boundary:
         remote._set_non_dumpable()  # no host may ptrace this process or read its memory
         remote.adopt_orphans()  # what a host leaves running ends before the verdict is written

@@ -91,8 +91,9 @@ TREE_KILL_START = 30.0  # seconds the probe has to start its grandchild (two int
 
 CACHE_ENV = "PONYBENCH_CACHE_DIR"  # where proofs are remembered; "off" remembers nothing
 # The harness code a proof's outcome depends on: a change to any of them proves everything again.
-HARNESS_SOURCES = ("checks.py", "checklib.py", "inputs.py", "batteries.py", "regressions.py", "procs.py", "forkserver.py",
-                   "supervisor.py", "workspace.py", "instruments.py", "spec.py", "mutation.py")
+HARNESS_SOURCES = ("checks.py", "checklib.py", "check_state.py", "check_clock.py", "check_boundary.py", "remote.py",
+                   "inputs.py", "batteries.py", "regressions.py", "procs.py", "forkserver.py", "supervisor.py",
+                   "workspace.py", "instruments.py", "spec.py", "mutation.py")
 
 
 def cache_dir() -> Path | None:

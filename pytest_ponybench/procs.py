@@ -64,7 +64,8 @@ KILLED = 137  # the exit code reported when a supervisor died without saying its
 # Modules the server imports once, so that a forked check finds them warm: the helper API,
 # everything a check's namespace holds, and their standard-library imports, loaded before an
 # agent's json.py could shadow them. A module missing here is imported anew in every check.
-WARM_MODULES = ("pytest_ponybench.checklib", "pytest_ponybench.checks", "pytest_ponybench.regressions")
+WARM_MODULES = ("pytest_ponybench.check_state", "pytest_ponybench.check_clock", "pytest_ponybench.check_boundary",
+                "pytest_ponybench.checklib", "pytest_ponybench.checks", "pytest_ponybench.regressions")
 MESSAGE_LIMIT = 4 * 1024 * 1024  # bytes of one request (argv, environment, check code)
 # The fork server's module, run with `--serve` (named, not imported: the server imports us).
 SERVER_MODULE = "pytest_ponybench.forkserver"

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import checklib
+from . import check_boundary, check_state
 
 
 class _Clock:
@@ -36,12 +36,12 @@ class _Clock:
 def _app(workspace: Path):
     # The app's modules as its own code imports them: behind the trust boundary, in the
     # workspace's host process (remote.py), and the app's objects are proxies there.
-    if not checklib.BEHIND_BOUNDARY and str(workspace) not in sys.path:
+    if not check_state.BEHIND_BOUNDARY and str(workspace) not in sys.path:
         sys.path.insert(0, str(workspace))
-    Application = checklib.agent_module("app.application").Application
-    Config = checklib.agent_module("app.config").Config
-    open_database = checklib.agent_module("app.db").open_database
-    Request = checklib.agent_module("app.web").Request
+    Application = check_boundary.agent_module("app.application").Application
+    Config = check_boundary.agent_module("app.config").Config
+    open_database = check_boundary.agent_module("app.db").open_database
+    Request = check_boundary.agent_module("app.web").Request
 
     app = Application(Config(database=":memory:"), open_database(":memory:"), _Clock())
 
@@ -151,22 +151,22 @@ def _api(call, ordered: bool) -> None:
 
 
 def _server(workspace: Path) -> None:
-    port = checklib.free_port()
-    checklib.start_process([sys.executable, "-m", "app.server", "--port", str(port), "--db", ":memory:"], port=port)
+    port = check_boundary.free_port()
+    check_boundary.start_process([sys.executable, "-m", "app.server", "--port", str(port), "--db", ":memory:"], port=port)
     base = f"http://127.0.0.1:{port}"
-    status, headers, raw = checklib.http("GET", f"{base}/")
+    status, headers, raw = check_boundary.http("GET", f"{base}/")
     assert status == 200 and b"<html" in raw.lower(), f"regression: GET / answered {status}: {raw[:120]!r}"
-    status, headers, _ = checklib.http("GET", f"{base}/css/app.css")
+    status, headers, _ = check_boundary.http("GET", f"{base}/css/app.css")
     assert status == 200 and "text/css" in headers.get("Content-Type", ""), f"regression: GET /css/app.css answered {status}"
     for path in ("/../README.md", "/%2e%2e/README.md", "/no-such-file.js"):
-        status, _, _ = checklib.http("GET", base + path)
+        status, _, _ = check_boundary.http("GET", base + path)
         assert status == 404, f"regression: GET {path} answered {status}, the app answered 404 before the change"
-    status, _, raw = checklib.http("POST", f"{base}/api/notes", {"title": "over http", "tags": ["web"]})
+    status, _, raw = check_boundary.http("POST", f"{base}/api/notes", {"title": "over http", "tags": ["web"]})
     assert status == 201, f"regression: POST /api/notes over HTTP answered {status}: {raw[:200]!r}"
-    status, _, raw = checklib.http("GET", f"{base}/api/notes?tag=web")
+    status, _, raw = check_boundary.http("GET", f"{base}/api/notes?tag=web")
     assert status == 200 and [n["title"] for n in json.loads(raw)["notes"]] == ["over http"], (
         f"regression: GET /api/notes?tag=web over HTTP answered {status}: {raw[:200]!r}")
-    status, _, _ = checklib.http("POST", f"{base}/index.html", b"")
+    status, _, _ = check_boundary.http("POST", f"{base}/index.html", b"")
     assert status == 405, f"regression: POST to a static path answered {status}, the app answered 405 before the change"
 
 
@@ -174,7 +174,7 @@ def notes_app_regressions(ordered: bool = True, server: bool = True) -> None:
     """Re-test the notes app's existing behaviour; the first regression raises AssertionError.
 
     `ordered=False` when the ticket changes the list order; `server=False` skips the HTTP layer."""
-    workspace = checklib.WORKSPACE
+    workspace = check_state.WORKSPACE
     _api(_app(workspace), ordered)
     if server:
         _server(workspace)

@@ -33,6 +33,8 @@ import builtins
 import ctypes
 import dataclasses
 import datetime as _dt
+import importlib.util
+import itertools
 import json
 import math
 import os
@@ -42,8 +44,9 @@ import struct
 import sys
 import time
 from decimal import Decimal
+from pathlib import Path
 
-from . import procs
+from . import check_clock, check_state, procs
 
 MESSAGE_LIMIT = 32 * 1024 * 1024  # bytes of one message from the host
 DEPTH_LIMIT = 120  # nesting of one value
@@ -85,11 +88,9 @@ def _set_non_dumpable() -> None:
 
 def is_reference(path) -> bool:
     """Is `path` the good reference's copy, or in it (a tree the reference's host runs)?"""
-    from . import checklib
-
-    if checklib.REFERENCE is None or not path:
+    if check_state.REFERENCE is None or not path:
         return False
-    reference = os.path.realpath(str(checklib.REFERENCE))
+    reference = os.path.realpath(str(check_state.REFERENCE))
     real = os.path.realpath(str(path))
     return real == reference or real.startswith(reference.rstrip("/") + "/")
 
@@ -376,14 +377,12 @@ class Endpoint:
     def sync_patches(self) -> None:
         """Make the stdlib functions the check patched (a spy, the fake clock) call back into
         the check from the host, and the host's datetime classes follow the fake clock's."""
-        from . import checklib
-
         self.syncing = True
         try:
             self.clock_seen = _clock_points()
             new = [[module, attr] for module, attr, _ in _patched_functions(self.skip_roots)
                    if (module, attr) not in self.forwarded]
-            fake = sys.modules["datetime"].datetime is checklib.FakeDatetime
+            fake = sys.modules["datetime"].datetime is check_clock.FakeDatetime
             if new or fake != self.fake_datetime:
                 self.forwarded.update((module, attr) for module, attr in new)
                 self.fake_datetime = fake
@@ -890,9 +889,26 @@ def _find_class(endpoint, module, method, *names):
     raise AssertionError(f"no class {'named ' + ' or '.join(names) + ' ' if names else ''}with a method {method}()")
 
 
+_counter = itertools.count()  # the new module name of each load_here
+
+
+def load_here(path, name=None, root=None):
+    """The module at `path` (of the workspace, or of `root`) imported for real, in this
+    process, under a new name each call (two loads never share state): what a host does for
+    the check's `load`, and what `load` does itself when the check is not behind the boundary."""
+    target = (Path(root or check_state.WORKSPACE) / path).resolve()
+    assert target.is_file(), f"{path} was not written"
+    module_name = name or f"_pony_{target.stem}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(module_name, target)
+    assert spec is not None and spec.loader is not None, f"{path} is not importable Python"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
 def _load(endpoint, target, path, name, root):
-    from . import checklib
-    return checklib.load_here(path, name=name, root=root)
+    return load_here(path, name=name, root=root)
 
 
 def _module(endpoint, target, name):
@@ -912,7 +928,6 @@ def _set_module(endpoint, target, name, value):
 def _patch(endpoint, target, points, fake_datetime):
     """In the host: forward each patched function to the check's current one."""
     import importlib
-    from . import checklib
 
     for module, attr in points:
         def forward(*args, _module=module, _attr=attr, **kwargs):
@@ -920,9 +935,9 @@ def _patch(endpoint, target, points, fake_datetime):
         forward.__name__ = str(attr)
         setattr(importlib.import_module(module), attr, forward)
     if fake_datetime:
-        sys.modules["datetime"].datetime, sys.modules["datetime"].date = checklib.FakeDatetime, checklib.FakeDate
+        sys.modules["datetime"].datetime, sys.modules["datetime"].date = check_clock.FakeDatetime, check_clock.FakeDate
     else:
-        sys.modules["datetime"].datetime, sys.modules["datetime"].date = checklib._REAL_DATETIME, checklib._REAL_DATE
+        sys.modules["datetime"].datetime, sys.modules["datetime"].date = check_clock._REAL_DATETIME, check_clock._REAL_DATE
     return None
 
 
@@ -1093,10 +1108,8 @@ def _candidate_modules() -> list:
     datetime, builtins). Not all of sys.modules: looking at every attribute of every module
     costs a check tens of ms after a fork (each look writes a reference count, so the page is
     copied)."""
-    from . import checklib
-
     names = {"time", "datetime", "builtins"}
-    scope = checklib.CHECK_GLOBALS
+    scope = check_state.CHECK_GLOBALS
     if scope is None:
         return list(sys.modules.items())
     module_type = type(sys)
@@ -1153,11 +1166,9 @@ def host(root) -> Endpoint:
 
 
 def start_host(root: str) -> Endpoint:
-    from . import checklib
-
     ours, theirs = socket.socketpair()
     endpoint = Endpoint(ours, trusted=True, name=root)
-    endpoint.skip_roots = [str(checklib.WORKSPACE), str(root)] + ([str(checklib.REFERENCE)] if checklib.REFERENCE else [])
+    endpoint.skip_roots = [str(check_state.WORKSPACE), str(root)] + ([str(check_state.REFERENCE)] if check_state.REFERENCE else [])
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -1176,7 +1187,7 @@ def start_host(root: str) -> Endpoint:
             side = Endpoint(theirs, trusted=False, name="host")
             if root not in sys.path:
                 sys.path.insert(0, root)
-            checklib.BEHIND_BOUNDARY = False  # in here, load() imports for real
+            check_state.BEHIND_BOUNDARY = False  # in here, load() imports for real
             side.serve_forever()
         except BaseException:
             code = 70
