@@ -2,7 +2,7 @@
 
 The wheel carries the shipped library (tasks/, arms/ with arms/plugins/, fixtures/) as package
 data under pytest_ponybench/library/, so an installed plugin runs it from any directory
-(pytest_ponybench/library.py). The repository keeps them at its root; they are copied here,
+(pytest_ponybench/specs/library.py). The repository keeps them at its root; they are copied here,
 at build time, leaving out what is never part of the library (caches, runs, node_modules).
 """
 import shutil

@@ -19,7 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pytest_ponybench import agent, procs, sandbox  # noqa: E402
+from pytest_ponybench.cell import agent
+from pytest_ponybench.processes import procs, sandbox  # noqa: E402
 
 
 def started(pid_namespace: bool, limits: dict | None) -> float:

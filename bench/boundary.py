@@ -33,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
-from pytest_ponybench import checks  # noqa: E402
+from pytest_ponybench.scoring import checks  # noqa: E402
 
 IMPL = """
 def add(a, b):

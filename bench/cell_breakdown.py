@@ -64,8 +64,11 @@ def main() -> None:
     args = parser.parse_args()
     root = args.root.resolve()
     sys.path.insert(0, str(root))
-    from pytest_ponybench import agent, cell, checks, metrics, rundir, spec, workspace
-    from pytest_ponybench.rehearsal import rehearsal_files
+    from pytest_ponybench.cell import agent, lifecycle as cell, workspace
+    from pytest_ponybench.scoring import checks, metrics
+    from pytest_ponybench.specs import spec
+    from pytest_ponybench.store import rundir
+    from pytest_ponybench.rehearsal.server import rehearsal_files
 
     fake = HERE / "tests" / "fakes" / "fake_claude.py"
     table: dict[str, list[float]] = defaultdict(list)
@@ -106,7 +109,7 @@ def main() -> None:
             record = cell.run_cell(cell.Cell(task, arm, "haiku", "claude-haiku-4-5-20251001", run), ctx)
             total.append(time.perf_counter() - start)
             assert record["passed"], record["failure"]
-        from pytest_ponybench import procs
+        from pytest_ponybench.processes import procs
         if hasattr(procs, "stop_server"):  # its CPU (and its children's) counts once it is reaped
             procs.stop_server()
         cpu1 = os.times()

@@ -19,7 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_ponybench import cell, procs, strength, workspace
+from pytest_ponybench.cell import lifecycle as cell, workspace
+from pytest_ponybench.instruments import strength
+from pytest_ponybench.processes import procs
 
 REPO = Path(__file__).resolve().parents[1]
 

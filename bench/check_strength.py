@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pytest_ponybench import strength
+from pytest_ponybench.instruments import strength
 
 REPO = Path(__file__).resolve().parents[1]
 

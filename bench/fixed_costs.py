@@ -40,12 +40,13 @@ MEASURE = textwrap.dedent('''
                       "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 ''')
 
-STARTUP = "import pytest, xdist, pytest_ponybench.plugin, pytest_ponybench.collect, pytest_ponybench.cell"
+STARTUP = "import pytest, xdist, pytest_ponybench.plugin, pytest_ponybench.run.collect, pytest_ponybench.cell.lifecycle"
 
 GATE = '''
 from pathlib import Path
-from pytest_ponybench import instruments, procs
-from pytest_ponybench.spec import load_task
+from pytest_ponybench.instruments import gate as instruments
+from pytest_ponybench.processes import procs
+from pytest_ponybench.specs.spec import load_task
 tasks = [load_task(p, Path({root!r}) / "fixtures") for p in sorted(Path({root!r}, "tasks").glob("*.yaml"))
          if not {names!r} or p.stem in {names!r}]
 try:
@@ -66,8 +67,8 @@ RECORD = {"cell": "", "spec_hash": "abc", "task": "", "arm": "", "model": "haiku
 REPORT = '''
 import json
 from pathlib import Path
-from pytest_ponybench.controller import Gathering
-from pytest_ponybench.rundir import RunDir
+from pytest_ponybench.run.controller import Gathering
+from pytest_ponybench.store.rundir import RunDir
 run_dir = RunDir(Path({run_dir!r}))
 session = Gathering(run_dir)  # reads the records back from results.jsonl when they are needed
 every = session.all_records()

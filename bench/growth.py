@@ -93,8 +93,10 @@ def main() -> None:
     args = parser.parse_args()
     root = args.root.resolve()
     sys.path.insert(0, str(root))
-    from pytest_ponybench import cell, rundir, spec
-    from pytest_ponybench.rehearsal import rehearsal_files
+    from pytest_ponybench.cell import lifecycle as cell
+    from pytest_ponybench.specs import spec
+    from pytest_ponybench.store import rundir
+    from pytest_ponybench.rehearsal.server import rehearsal_files
 
     counter = Counter()
     counter.install()

@@ -18,9 +18,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pytest_ponybench import judge  # noqa: E402
-from pytest_ponybench.judging import RehearsalJudge  # noqa: E402
-from pytest_ponybench.spec import load_task  # noqa: E402
+from pytest_ponybench.judge import judge  # noqa: E402
+from pytest_ponybench.run.judging import RehearsalJudge  # noqa: E402
+from pytest_ponybench.specs.spec import load_task  # noqa: E402
 
 
 def main() -> int:

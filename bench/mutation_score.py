@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_ponybench import mutation, strength
+from pytest_ponybench.instruments import mutation, strength
 
 REPO = Path(__file__).resolve().parents[1]
 

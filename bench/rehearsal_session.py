@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pytest_ponybench.rehearsal import CellScript, ScriptedModel, prove_arm  # noqa: E402
+from pytest_ponybench.rehearsal.server import CellScript, ScriptedModel, prove_arm  # noqa: E402
 
 MARKER = "PONYBENCH BENCH MARKER: keep it short."
 

@@ -33,7 +33,7 @@ DEFAULT_TASKS = ["upload_path", "memo_rates", "node_quote"]
 
 
 def _server_cpu() -> float:
-    from pytest_ponybench import procs
+    from pytest_ponybench.processes import procs
     server = procs._server
     if server is None or server.proc.poll() is not None:
         return 0.0
@@ -49,7 +49,10 @@ def _cpu() -> float:
 
 def measure(calls: int, repeat: int, task_names: list[str]) -> dict:
     """In this process, in whichever mode its environment says: the figures as JSON."""
-    from pytest_ponybench import cell, checks, sandbox, strength, workspace
+    from pytest_ponybench.cell import lifecycle as cell, workspace
+    from pytest_ponybench.instruments import strength
+    from pytest_ponybench.processes import sandbox
+    from pytest_ponybench.scoring import checks
 
     out = {"sandbox": sandbox.support().describe()}
     with tempfile.TemporaryDirectory(prefix="ponybench-sandbox-cost-") as tmp:
@@ -94,7 +97,7 @@ def _fork_cost(times: int) -> dict:
     """A fork of a process holding what the fork server holds (its warm modules), whose child
     exits at once: the floor of every process a check call forks (a supervisor, the init, the
     check's process, a host)."""
-    from pytest_ponybench import procs
+    from pytest_ponybench.processes import procs
 
     for module in procs.WARM_MODULES:
         __import__(module)

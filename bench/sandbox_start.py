@@ -38,7 +38,7 @@ def main() -> int:
     parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
     args = parser.parse_args()
     sys.path.insert(0, args.root)
-    from pytest_ponybench import agent
+    from pytest_ponybench.cell import agent
 
     start = time.perf_counter()
     box = agent.sandbox()

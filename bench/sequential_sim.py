@@ -15,8 +15,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_ponybench import sequential as seq  # noqa: E402
-from pytest_ponybench.stats import runs_to_detect  # noqa: E402
+from pytest_ponybench.reports import sequential as seq  # noqa: E402
+from pytest_ponybench.reports.stats import runs_to_detect  # noqa: E402
 
 N, ROUNDS, ALPHA = 2000, 60, seq.ALPHA
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_ponybench import compare, report, stats
+from pytest_ponybench.reports import compare, report, stats
 
 ARMS = {"baseline": (0.8, 100), "terse": (0.8, 70), "verbose": (0.6, 140), "plugin": (0.85, 95)}
 MODELS = ("haiku", "sonnet")

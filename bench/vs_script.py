@@ -436,8 +436,8 @@ def peak(bench: Bench, args) -> None:
 END_PHASE = """
 import json, resource, sys
 from pathlib import Path
-from pytest_ponybench import controller
-from pytest_ponybench.rundir import RunDir, seal_result
+from pytest_ponybench.run import controller
+from pytest_ponybench.store.rundir import RunDir, seal_result
 source, cells, scratch = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 run = RunDir.create(scratch)
 lines = (source / "results.jsonl").read_text(encoding="utf-8").splitlines()

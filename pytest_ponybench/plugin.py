@@ -13,18 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from . import fleet, library, options, pool, procs, rounds, rundir
-from .collect import CellItem, EvalsDir, TaskFile, TasksDir
-from .rundir import KEY_INPUT, RunDir, max_pause
-from .session import STATE, PonybenchState, state_of
-from .spec import SpecError, load_arms, model_ids, resolve_model
+from pytest_ponybench.processes import procs
+from pytest_ponybench.run import fleet, options, pool, rounds
+from pytest_ponybench.run.collect import CellItem, EvalsDir, TaskFile, TasksDir
+from pytest_ponybench.run.session import STATE, PonybenchState, state_of
+from pytest_ponybench.specs import library
+from pytest_ponybench.specs.spec import SpecError, load_arms, model_ids, resolve_model
+from pytest_ponybench.store import rundir
+from pytest_ponybench.store.rundir import KEY_INPUT, RunDir, max_pause
+
 
 def is_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
 def pytest_addhooks(pluginmanager):
-    from . import hookspec
+    from pytest_ponybench import hookspec
 
     pluginmanager.add_hookspecs(hookspec)
 
@@ -101,7 +105,7 @@ def pytest_configure(config):
     state = PonybenchState(settings=settings)
     config.stash[STATE] = state
     if not is_worker(config):
-        from .strength import StrengthSection
+        from pytest_ponybench.instruments.strength import StrengthSection
 
         config.pluginmanager.register(StrengthSection(settings), "ponybench-check-strength")
     try:
@@ -128,7 +132,7 @@ def pytest_configure(config):
             state.claude = config.workerinput["ponybench_claude"]
         state.run_dir.max_pause = max_pause(settings)
     else:
-        from .controller import Controller
+        from pytest_ponybench.run.controller import Controller
 
         if settings.rescore is not None:
             state.run_dir = Controller.open_run(settings.rescore, "--ponybench-rescore")
@@ -137,17 +141,17 @@ def pytest_configure(config):
             _validate_reference(state, kept | set((state.run_dir.read_options() or {}).get("arms") or []))
         config.pluginmanager.register(Controller(state, config), "ponybench-controller")
     if settings.rehearse and settings.rescore is None:
-        from .rehearsal_plugin import RehearsalPlugin
+        from pytest_ponybench.rehearsal.plugin import RehearsalPlugin
 
         config.pluginmanager.register(RehearsalPlugin(config, state.arms, settings.arms_dir, settings.rehearse_ref,
                                                       settings.rehearse_fault),
                                       "ponybench-rehearsal")
     elif settings.rescore is None:
-        from .proof import HookProof  # a real run proves each arm from its cells' hook events
+        from pytest_ponybench.cell.proof import HookProof  # a real run proves each arm from its cells' hook events
 
         config.pluginmanager.register(HookProof(state.arms, settings.arms_dir), "ponybench-hook-proof")
     rounds.register(state, config)  # --ponybench-plan, --ponybench-until-decided (after the controller: its gate comes later)
-    from . import judging  # --ponybench-judge: judged axes on every cell (judging.py)
+    from pytest_ponybench.run import judging  # --ponybench-judge: judged axes on every cell (judging.py)
 
     judging.register(config, state)
     # pytest's default SIGTERM handling skips `finally` blocks; make SIGTERM an interrupt so
@@ -171,7 +175,8 @@ def _terminate(signum, frame):
 def _load_arms_and_suites(state: PonybenchState, config) -> None:
     """The arms of every arm folder (library.py), one per --ponybench-plugin folder, and the
     plugins' claude plugin eval cases (registered as a plugin: they add to cell records)."""
-    from . import plugin_arm, plugin_evals
+    from pytest_ponybench.run import plugin_evals
+    from pytest_ponybench.specs import plugin_arm
 
     s = state.settings
     folders = library.arm_folders(s.arms_dir, s.library)
@@ -268,7 +273,7 @@ def pytest_collection_modifyitems(session, config, items):
     state = state_of(config)
     if not state.settings.enabled:
         return
-    from .collect import CellItem
+    from pytest_ponybench.run.collect import CellItem
 
     keep = [i for i in items if isinstance(i, CellItem)]
     dropped = [i for i in items if not isinstance(i, CellItem)]

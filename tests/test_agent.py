@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import agent, procs
-from pytest_ponybench import record as records
+from pytest_ponybench.cell import agent
+from pytest_ponybench.processes import procs
+from pytest_ponybench.store import record as records
 from support import proc_watch
 
 FAKE = Path(__file__).resolve().parent / "fakes" / "fake_claude.py"
@@ -348,8 +349,8 @@ def test_build_argv_for_a_plugin_arm_adds_plugin_dir_only():
 
 
 def test_the_append_text_of_every_arm_ends_with_write_and_stop():
-    from pytest_ponybench.cell import append_text
-    from pytest_ponybench.spec import ArmSpec
+    from pytest_ponybench.cell.lifecycle import append_text
+    from pytest_ponybench.specs.spec import ArmSpec
 
     assert append_text(ArmSpec(name="baseline", path=None)) == agent.WRITE_AND_STOP
     yagni = append_text(ArmSpec(name="yagni", path=None, prompt="Follow YAGNI principles."))
@@ -507,8 +508,8 @@ def test_a_transcript_never_bound_is_read_as_its_head_and_its_tail_within_the_ca
 
 
 def test_put_back_moves_the_cli_s_output_over_whatever_the_agent_left_and_follows_no_link(tmp_path):
-    from pytest_ponybench import workspace
-    from pytest_ponybench.rundir import records_dir
+    from pytest_ponybench.cell import workspace
+    from pytest_ponybench.store.rundir import records_dir
 
     ws = tmp_path / "run" / "cell"
     ws.mkdir(parents=True)

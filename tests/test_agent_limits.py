@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import agent, sandbox
+from pytest_ponybench.cell import agent
+from pytest_ponybench.processes import sandbox
 from support.records import record_data
 from support.benchproc import ADD_TASK, FAKE, GOOD_ADD, bench_args, fake_env, only_run_dir, results, run, write_project
 
@@ -212,7 +213,7 @@ def test_a_bad_limit_is_named_before_any_cell(tmp_path, flag, value, said):
 
 
 def test_sizes_read_as_people_write_them():
-    from pytest_ponybench.argtypes import agent_memory
+    from pytest_ponybench.specs.argtypes import agent_memory
 
     assert agent_memory("4G") == agent_memory("4GiB") == agent_memory("4gb") == 4 * 1024 ** 3
     assert agent_memory("512M") == agent_memory(str(512 * 1024 ** 2)) == 512 * 1024 ** 2
@@ -222,7 +223,7 @@ def test_sizes_read_as_people_write_them():
 def test_the_agent_and_a_check_say_a_limit_in_the_same_words():
     """One phrase builder for both: a cell whose agent met its limits, and a check whose
     processes did, read alike, the agent's naming the options that set them."""
-    from pytest_ponybench.checks import _limits_said
+    from pytest_ponybench.scoring.checks import _limits_said
 
     both = {"memory": True, "pids": True, "memory_bytes": 256 * 1024 ** 2, "pids_max": 64}
     assert agent.limit_hit(both) == (
@@ -238,7 +239,7 @@ def test_a_program_killed_at_its_deadline_takes_its_daemon_and_its_cgroup_with_i
     """The timeout path: the supervisor is stopped while the program hangs; its daemon (forked
     twice, setsid) dies, the group is removed and what it met is still reported."""
     needs_cgroups()
-    from pytest_ponybench import procs
+    from pytest_ponybench.processes import procs
 
     mark = f"ponybench-deadline-{uuid.uuid4().hex[:8]}"
     program = daemon(mark) + "\nimport time\ntime.sleep(120)\n"

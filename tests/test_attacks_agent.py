@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import agent
-from pytest_ponybench.rundir import key_dir
+from pytest_ponybench.cell import agent
+from pytest_ponybench.store.rundir import key_dir
 from support import proc_watch
 from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, only_run_dir, results, run, write_project
 
@@ -224,7 +224,7 @@ def test_the_sandbox_alone_ends_a_daemon_that_an_unsupervised_cli_leaves(tmp_pat
 
 REAL_ATTACK_CONFTEST = """\
 from pathlib import Path
-from pytest_ponybench.rundir import key_dir
+from pytest_ponybench.store.rundir import key_dir
 
 def pytest_ponybench_rehearsal_script(cell, script):
     ws = Path(script.writes[0][0]).parent

@@ -8,7 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from pytest_ponybench import checks
+from pytest_ponybench.scoring import checks
 
 # The check every attack faces: `add` must add. Its message is the reason when it fails.
 CHECK = """
@@ -166,7 +166,8 @@ assert len(mine) <= 2, f"the host holds fds {fds}"  # its socket, and the listin
 def test_patching_checklib_and_checks_changes_nothing(tmp_path):
     impl = """
 import sys
-from pytest_ponybench import checklib, checks
+from pytest_ponybench import checklib
+from pytest_ponybench.scoring import checks
 
 checklib.run_named_checks = lambda: None
 checklib._named_checks.clear()
@@ -439,7 +440,7 @@ def test_a_round_trip_is_cheap_enough_for_a_differential(tmp_path):
     # many calls finishes and counts them.
     impl = "def add(a, b):\n    return a + b\n"
     code = """
-from pytest_ponybench import remote
+from pytest_ponybench.scoring import remote
 add = find_function(load(FILE), "add")
 for i in range(2000):
     assert add(i, 1) == i + 1

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import cell, controller, workspace
-from pytest_ponybench.rundir import RunDir
-from pytest_ponybench.spec import ArmSpec, TaskSpec
+from pytest_ponybench.cell import lifecycle as cell, workspace
+from pytest_ponybench.run import controller
+from pytest_ponybench.store.rundir import RunDir
+from pytest_ponybench.specs.spec import ArmSpec, TaskSpec
 from support.records import record_path
 
 MODEL_ID = "claude-haiku-4-5-20251001"
@@ -67,7 +68,7 @@ def test_a_forged_result_is_not_reused_by_a_resume(tmp_path):
 def test_an_authentic_result_of_another_cell_copied_in_is_not_reused(tmp_path):
     run_dir = RunDir.create(tmp_path / "runs")
     c, other = a_cell(tmp_path), cell.Cell(a_cell(tmp_path).task, ArmSpec(name="baseline", path=None), "haiku", MODEL_ID, 1)
-    from pytest_ponybench.rundir import write_record
+    from pytest_ponybench.store.rundir import write_record
 
     write_record(run_dir.cell_dir(other.id), "result", {**forged_result(other)}, run_dir.key)
     run_dir.cell_dir(other.id).mkdir()
@@ -86,7 +87,7 @@ def test_a_rewritten_fixture_manifest_and_cell_identity_are_refused_by_a_rescore
     c = a_cell(tmp_path, fixture=source)
     ws = run_dir.cell_dir(c.id)
     ws.mkdir()
-    from pytest_ponybench.rundir import write_record
+    from pytest_ponybench.store.rundir import write_record
 
     write_record(ws, "cell", cell.identity(c), run_dir.key)
     write_record(ws, cell.AGENT_RECORD, {"status": "finished", "error": ""}, run_dir.key)
@@ -129,7 +130,7 @@ def test_garbage_and_an_empty_object_in_results_jsonl_are_skipped_with_one_warni
 def test_a_forged_line_in_results_jsonl_and_an_overwritten_file_lose_no_finished_record(tmp_path):
     run_dir = RunDir.create(tmp_path / "runs")
     gathering = controller.Gathering(run_dir)
-    from pytest_ponybench.rundir import write_record
+    from pytest_ponybench.store.rundir import write_record
 
     for record in records_for(2):
         ws = run_dir.cell_dir(record["cell"])
@@ -160,7 +161,7 @@ def test_a_link_planted_at_a_temporary_name_does_not_redirect_a_harness_write(tm
 
 def test_a_link_planted_as_a_cell_s_records_folder_is_refused(tmp_path):
     run_dir = RunDir.create(tmp_path / "runs")
-    from pytest_ponybench.rundir import records_dir, write_record
+    from pytest_ponybench.store.rundir import records_dir, write_record
 
     ws = run_dir.cell_dir("add__baseline__haiku__0")
     ws.mkdir()
@@ -221,7 +222,7 @@ def test_a_far_pause_is_capped_to_the_longest_pause_the_harness_writes(tmp_path)
         slept.append(seconds)
         assert sum(slept) <= 7200, "the run would wait for the forged pause without end"
 
-    from pytest_ponybench.rundir import max_pause
+    from pytest_ponybench.store.rundir import max_pause
     from types import SimpleNamespace
 
     run_dir.max_pause = max_pause(SimpleNamespace(retry_wait=10.0, retries=2))  # 40 s: what the harness writes
@@ -237,7 +238,7 @@ BOMB = "".join(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9 if prev else ['"
 
 
 def test_a_yaml_anchor_bomb_task_file_is_refused_at_once_naming_the_file(tmp_path):
-    from pytest_ponybench.spec import SpecError, load_task
+    from pytest_ponybench.specs.spec import SpecError, load_task
 
     path = tmp_path / "bomb.yaml"
     path.write_text(f'prompt: "Write add."\nfile: add.py\nchecks: {{correct: "assert True"}}\n{BOMB}')
@@ -258,8 +259,8 @@ def a_case(tmp_path: Path) -> Path:
 
 
 def test_an_anchor_bomb_in_an_eval_case_is_refused_naming_the_file(tmp_path):
-    from pytest_ponybench import plugin_evals
-    from pytest_ponybench.spec import SpecError
+    from pytest_ponybench.run import plugin_evals
+    from pytest_ponybench.specs.spec import SpecError
 
     case = a_case(tmp_path)
     (case / "case.yaml").write_text("graders:\n  - type: file_exists\n    path: hello.txt\n" + BOMB)
@@ -270,8 +271,8 @@ def test_an_anchor_bomb_in_an_eval_case_is_refused_naming_the_file(tmp_path):
 
 
 def test_a_symlink_in_an_eval_case_s_files_is_refused_naming_the_link(tmp_path):
-    from pytest_ponybench import plugin_evals
-    from pytest_ponybench.spec import SpecError
+    from pytest_ponybench.run import plugin_evals
+    from pytest_ponybench.specs.spec import SpecError
 
     case = a_case(tmp_path)
     secret = tmp_path / "secret.txt"

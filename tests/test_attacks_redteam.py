@@ -35,9 +35,11 @@ import pytest
 from support.benchproc import (ADD_TASK, FAKE, GOOD_ADD, Session, bench_args, by_cell, fake_env, only_run_dir,
                                results, run, summary, write_project)
 
-from pytest_ponybench import agent, cell, checks, metrics, procs, sandbox, workspace
-from pytest_ponybench.rundir import RunDir
-from pytest_ponybench.spec import ArmSpec, TaskSpec
+from pytest_ponybench.cell import agent, lifecycle as cell, workspace
+from pytest_ponybench.processes import procs, sandbox
+from pytest_ponybench.scoring import checks, metrics
+from pytest_ponybench.store.rundir import RunDir
+from pytest_ponybench.specs.spec import ArmSpec, TaskSpec
 
 MARK = "redteam20-leftover"  # in the argv of every process an attack tries to leave behind
 CELL = "add__baseline__haiku__{}".format
@@ -341,7 +343,7 @@ def test_pointing_the_reference_at_the_delivered_code_does_not_pass(tmp_path):
 def without_a_reference_view():
     """An xfail where checks run without a view that hides the reference's copy (no sandbox,
     or no user namespace for its user): the agent's code can read that copy there."""
-    from pytest_ponybench import sandbox
+    from pytest_ponybench.processes import sandbox
 
     if not sandbox.support().active or sandbox.support().views:
         pytest.xfail(f"the agent's code can read the reference's copy here: {sandbox.support().describe()}")
@@ -466,7 +468,7 @@ def test_delivered_code_that_starts_a_program_of_its_own_still_works_beside_a_re
 
 
 def a_task(tmp_path: Path, checks_code: str, refs: bool = True) -> TaskSpec:
-    from pytest_ponybench.spec import Refs
+    from pytest_ponybench.specs.spec import Refs
 
     return TaskSpec(name="add", path=tmp_path / "add.yaml", prompt="Write add(a, b) in add.py.", file="add.py",
                     seed={"add.py": "def add(a, b):\n    raise NotImplementedError\n"},
@@ -609,7 +611,7 @@ def test_a_check_cannot_seal_a_result_for_another_cell_with_the_run_s_key(tmp_pa
     write; a cell that never ran is never reused as finished."""
     project, run_dir = runs_project(tmp_path, monkeypatch)
     victim = cell.Cell(a_task(tmp_path, ADD_CHECK, refs=False), ArmSpec(name="baseline", path=None), "haiku", MODEL_ID, 1)
-    from pytest_ponybench.rundir import write_record
+    from pytest_ponybench.store.rundir import write_record
 
     victim_ws = run_dir.cell_dir(victim.id)
     victim_ws.mkdir()
@@ -618,7 +620,7 @@ def test_a_check_cannot_seal_a_result_for_another_cell_with_the_run_s_key(tmp_pa
     ws = cell_workspace(run_dir.path, attacked(FIND_HARNESS + f"""
 import glob, json
 from pathlib import Path
-from pytest_ponybench import rundir as _rundir
+from pytest_ponybench.store import rundir as _rundir
 _h = harness_pid()
 try:
     with open(f"/proc/{{_h}}/environ", "rb") as _fh:
@@ -1278,7 +1280,7 @@ def test_a_pth_file_planted_by_a_check_does_not_forge_the_next_run_s_verdicts(va
     wrong add. Promise: nothing outlives a cell; the wrong add fails. (In the sandbox the
     check's $HOME and every folder anyone may write are tmpfs of the call's own; without it the
     agent's code runs as the harness's user and can write its site-packages: README "Security".)"""
-    from pytest_ponybench import sandbox
+    from pytest_ponybench.processes import sandbox
 
     if not sandbox.support().active:
         pytest.xfail(f"no sandbox for checks here ({sandbox.support().describe()}): the agent's code runs as "

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import checks, procs, sandbox
+from pytest_ponybench.processes import procs, sandbox
+from pytest_ponybench.scoring import checks
 from support import proc_watch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -310,7 +311,8 @@ def test_a_pid_hopper_started_by_a_check_does_not_outlive_it(run):
 HARNESS = """
 import json, sys
 from pathlib import Path
-from pytest_ponybench import checks, procs
+from pytest_ponybench.processes import procs
+from pytest_ponybench.scoring import checks
 ws, code = Path(sys.argv[1]), sys.argv[2]
 verdict = checks.run_checks({"correct": "load(FILE)"}, ws, "add.py", 20)["correct"]
 print(json.dumps({"ok": verdict.ok, "reason": verdict.reason}), flush=True)

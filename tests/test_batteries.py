@@ -17,8 +17,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from pytest_ponybench import batteries, checklib
-from pytest_ponybench.batteries import (
+from pytest_ponybench.scoring import batteries, checklib
+from pytest_ponybench.scoring.batteries import (
     check_archive_entries, check_header_injection, check_html_contexts, check_path_containment,
     check_shell_injection, check_sql_lookup,
 )
@@ -538,7 +538,7 @@ def test_path_containment_ignores_a_side_file_but_not_a_changed_one(tmp_path):
 def test_batteries_run_in_a_check_beside_agent_modules_named_like_the_stdlib(tmp_path):
     """checklib imports the batteries (and their stdlib modules) before the agent's folder is
     on sys.path, so an agent's html.py or tarfile.py cannot break them."""
-    from pytest_ponybench import checks
+    from pytest_ponybench.scoring import checks
 
     for name in ("html", "tarfile", "sqlite3", "shutil"):
         (tmp_path / f"{name}.py").write_text("raise RuntimeError('the agent shadowed the stdlib')\n")

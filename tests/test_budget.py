@@ -113,7 +113,7 @@ def test_the_budget_holds_across_xdist_workers_and_the_estimate_uses_earlier_run
 # Another worker's cell finishes (and records its spend) right after this worker's budget
 # check passed: the budget left for the CLI is then zero.
 RACE_CONFTEST = """\
-from pytest_ponybench import collect
+from pytest_ponybench.run import collect
 
 _check = collect.CellItem.check_budget
 

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import calibrate, calibration as calibration_record, compare, judge, scripted_judge
+from pytest_ponybench.judge import calibration as calibration_record, judge
+from pytest_ponybench.rehearsal import scripted_judge
+from pytest_ponybench.reports import compare
+from pytest_ponybench.run import calibrate
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = ROOT / "tests" / "judge_labels.yaml"
@@ -86,7 +89,7 @@ NEW = [judged(t, "terse", 2, 1, run=r) for t in ("t1", "t2") for r in range(2)]
 
 def test_a_calibrated_judge_gates(tmp_path, items):
     cal = calibration(tmp_path, items, "agree")
-    from pytest_ponybench.judge_gates import evaluate
+    from pytest_ponybench.reports.judge_gates import evaluate
 
     failures, unevaluated = evaluate(OLD, NEW, 1.0, 0.5, cal)
     assert unevaluated == []
@@ -96,7 +99,7 @@ def test_a_calibrated_judge_gates(tmp_path, items):
 
 
 def test_a_judge_below_the_floor_or_uncalibrated_cannot_gate(tmp_path, items):
-    from pytest_ponybench.judge_gates import evaluate
+    from pytest_ponybench.reports.judge_gates import evaluate
 
     below = calibration(tmp_path, items, "disagree")
     failures, unevaluated = evaluate(OLD, NEW, 1.0, 0.5, below)
@@ -148,7 +151,7 @@ def grader_labels(tmp_path, n=20):
     """A case with an llm grader, and 2n labelled works: n that did the work (pass), n that did nothing (fail)."""
     import yaml
 
-    from pytest_ponybench.judged_graders import REFUSAL
+    from pytest_ponybench.judge.judged_graders import REFUSAL
 
     case = tmp_path / "evals" / "note"
     (case / "graders").mkdir(parents=True)
@@ -188,7 +191,7 @@ def graded(arm, passed, failed, fp="gfp"):
 
 
 def test_a_gate_on_the_judged_graders_needs_their_calibration(tmp_path):
-    from pytest_ponybench.judge_gates import evaluate_graders
+    from pytest_ponybench.reports.judge_gates import evaluate_graders
 
     items = calibrate.load_grader_labels(grader_labels(tmp_path))
     cal = tmp_path / "graders-calibration.json"
@@ -215,7 +218,7 @@ def test_calibrate_the_graders_through_the_pinned_cli(tmp_path, claude_bin, caps
                            "--rehearse", "agree", "--out", str(out)])
     assert code == 0
     assert "graders: 4 of 4 labels judged; agreement 1.0" in capsys.readouterr().out
-    from pytest_ponybench import judged_graders
+    from pytest_ponybench.judge import judged_graders
 
     record = json.loads(out.read_text())
     assert record["rubric"] == judged_graders.frame_hash() and record["axes"]["graders"]["passes_floor"] is False

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_ponybench import cell, checks, strength
-from pytest_ponybench.spec import ArmSpec, SpecError, load_task
-from pytest_ponybench.rundir import write_record
+from pytest_ponybench.cell import lifecycle as cell
+from pytest_ponybench.instruments import strength
+from pytest_ponybench.scoring import checks
+from pytest_ponybench.specs.spec import ArmSpec, SpecError, load_task
+from pytest_ponybench.store.rundir import write_record
 
 HALVE_TASK = {
     "prompt": "Write halve(n) in half.py; n comes from a web form.",
@@ -216,7 +218,7 @@ def test_forbidden_may_name_a_fixture_file(tmp_path):
     task = load_task(path, tmp_path / "fixtures")
     assert task.forbidden == ("lib/core.py",)
     ws = tmp_path / "ws"
-    from pytest_ponybench import workspace
+    from pytest_ponybench.cell import workspace
     workspace.seed(task, ws)
     assert checks.forbidden_edits(task, ws) is None
     (ws / "lib" / "core.py").write_text("CORE = 2\n")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import checklib, checks, workspace
+from pytest_ponybench.cell import workspace
+from pytest_ponybench.scoring import checklib, checks
 from support import proc_watch
 
 

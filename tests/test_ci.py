@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from pytest_ponybench import summary
+from pytest_ponybench.reports import summary
 from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, fake_env, run, run_dirs, write_project
 
 REPO = Path(__file__).resolve().parents[1]

@@ -47,8 +47,8 @@ def test_running_a_cell_imports_no_numerical_or_plotting_library(tmp_path):
     probe = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        import pytest_ponybench.plugin, pytest_ponybench.cell, pytest_ponybench.collect
-        from pytest_ponybench import checks
+        import pytest_ponybench.plugin, pytest_ponybench.cell.lifecycle, pytest_ponybench.run.collect
+        from pytest_ponybench.scoring import checks
         from pathlib import Path
         assert checks.run_check("assert 1 + 1 == 2", Path({str(tmp_path)!r}), "correct", None, 30).ok
         heavy = sorted(m for m in ("numpy", "scipy", "matplotlib", "pandas") if m in sys.modules)

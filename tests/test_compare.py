@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import compare, tables
+from pytest_ponybench.reports import compare, tables
 
 REPO = Path(__file__).resolve().parents[1]
 Z95 = 1.959963984540054
@@ -345,7 +345,7 @@ def test_bad_gate_values_are_rejected_at_parse_time(tmp_path, capsys, option, va
 
 def test_console_script_is_declared():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["ponybench-compare"] == "pytest_ponybench.compare:main"
+    assert project["scripts"]["ponybench-compare"] == "pytest_ponybench.reports.compare:main"
 
 
 def test_an_axis_no_cell_measured_is_not_evaluated_not_passed():

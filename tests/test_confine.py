@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import agent, sandbox
+from pytest_ponybench.cell import agent
+from pytest_ponybench.processes import sandbox
 from support import proc_watch
 from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, fake_env, only_run_dir, results, run, write_project
 from support.records import record_data

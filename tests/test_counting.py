@@ -13,9 +13,10 @@ import re
 
 import pytest
 
-from pytest_ponybench import compare, record, summary
-from pytest_ponybench.controller import Gathering
-from pytest_ponybench.rundir import RunDir
+from pytest_ponybench.reports import compare, summary
+from pytest_ponybench.store import record
+from pytest_ponybench.run.controller import Gathering
+from pytest_ponybench.store.rundir import RunDir
 
 # (arm, status, correct, safe) per run of task t1, model haiku.
 CELLS = [

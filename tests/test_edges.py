@@ -21,9 +21,13 @@ import xml.etree.ElementTree as ET
 import pytest
 from support.benchproc import ADD_TASK, bench_args, by_cell, only_run_dir, results, run, summary, write_project
 
-from pytest_ponybench import cell, checks, graders, plugin_evals, record as records, summary as summaries, tables, workspace
-from pytest_ponybench.rundir import write_record
-from pytest_ponybench.spec import ArmSpec
+from pytest_ponybench.cell import lifecycle as cell, workspace
+from pytest_ponybench.reports import summary as summaries, tables
+from pytest_ponybench.run import plugin_evals
+from pytest_ponybench.scoring import checks, graders
+from pytest_ponybench.store import record as records
+from pytest_ponybench.store.rundir import write_record
+from pytest_ponybench.specs.spec import ArmSpec
 
 CELL = "add__baseline__haiku__{}".format
 REHEARSAL_CELL_COST = 0.0039  # the whole rehearsal cell (two turns)
@@ -257,7 +261,7 @@ def test_a_killed_worker_and_a_results_file_turned_to_garbage_mid_run_lose_no_ot
     assert f"worker 'gw0' crashed while running 'tasks/add.yaml::{CELL(1)}'" in out \
         or f"worker 'gw1' crashed while running 'tasks/add.yaml::{CELL(1)}'" in out, out[-3000:]
     assert out.count("ponybench: warning: ") >= 1 and "results.jsonl line" in out, out[-3000:]
-    from pytest_ponybench.rundir import RunDir
+    from pytest_ponybench.store.rundir import RunDir
 
     # What a rescore or a resume reads: the garbage skipped, and every cell there.
     records = by_cell(RunDir.open(run_dir, "--ponybench-resume").read_results())

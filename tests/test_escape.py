@@ -1,7 +1,7 @@
 """Which writes outside its workspace a cell's agent is blamed for."""
 import json
 
-from pytest_ponybench import agent, workspace
+from pytest_ponybench.cell import agent, workspace
 
 
 def write_call(tool_id, path, name="Write", error=False):
@@ -71,6 +71,6 @@ def test_confinement_absorbs_only_writes_to_the_agents_own_tmpdir(tmp_path):
 
 
 def test_budget_figures_read_as_dollars():
-    from pytest_ponybench.rundir import usd
+    from pytest_ponybench.store.rundir import usd
 
     assert (usd(2.5), usd(1234.5), usd(0.0039), usd(0)) == ("$2.50", "$1,234.50", "$0.0039", "$0.0000")

@@ -16,8 +16,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_ponybench import agent
-from pytest_ponybench import record as statuses
+from pytest_ponybench.cell import agent
+from pytest_ponybench.store import record as statuses
 from support import proc_watch
 from support.benchproc import (
     ADD_TASK, GOOD_ADD, Session, bench_args, by_cell, calls, fake_env, fake_pids, finished_cells, killing_named_workers,

@@ -59,7 +59,7 @@ def test_fixture_has_no_skipped_or_secret_looking_files():
 
 
 def test_workspace_copy_keeps_every_fixture_file(tmp_path):
-    workspace = pytest.importorskip("pytest_ponybench.workspace")
+    workspace = pytest.importorskip("pytest_ponybench.cell.workspace")
     copied = workspace.copy_fixture(FIXTURE, tmp_path / "ws")
     expected = [path.relative_to(FIXTURE).as_posix() for path in fixture_files()]
     assert sorted(copied) == sorted(expected)

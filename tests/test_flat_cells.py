@@ -9,7 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_ponybench import beside, cell, rundir, spec, workspace
+from pytest_ponybench.cell import beside, lifecycle as cell, workspace
+from pytest_ponybench.specs import spec
+from pytest_ponybench.store import rundir
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = REPO / "tests" / "fakes" / "fake_claude.py"

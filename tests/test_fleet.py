@@ -18,14 +18,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_ponybench import fleet, options
-from pytest_ponybench.rehearsal import Fault
-from pytest_ponybench.rundir import RunDir
-from pytest_ponybench.spec import load_task
+from pytest_ponybench.run import fleet, options
+from pytest_ponybench.rehearsal.server import Fault
+from pytest_ponybench.store.rundir import RunDir
+from pytest_ponybench.specs.spec import load_task
 from support.benchproc import (
     ADD_TASK, FAKE, GOOD_ADD, QUIET, bench_args, calls, fake_env, only_run_dir, results, run, summary, write_project,
 )
-from pytest_ponybench.rundir import write_record
+from pytest_ponybench.store.rundir import write_record
 from support.records import record_data, record_path
 
 KEY = b"k" * 32  # a run's key, as the controller and its workers share it

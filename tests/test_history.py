@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import history
+from pytest_ponybench.reports import history
 
 ARMS = ("baseline", "tidy")
 RUNS_PER_CELL = 6

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import agent, options, proof, record as records, tables
-from pytest_ponybench.faults import Fault, parse_fault
-from pytest_ponybench.rundir import PAUSE_FILE, RunDir
-from pytest_ponybench.spec import SpecError, load_task
+from pytest_ponybench.cell import agent, proof
+from pytest_ponybench.reports import tables
+from pytest_ponybench.run import options
+from pytest_ponybench.store import record as records
+from pytest_ponybench.specs.faults import Fault, parse_fault
+from pytest_ponybench.store.rundir import PAUSE_FILE, RunDir
+from pytest_ponybench.specs.spec import SpecError, load_task
 from support import ponyproject as pp
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"

@@ -118,7 +118,7 @@ def test_a_401_stops_the_run_before_the_next_cell(claude_bin, tmp_path):
 
 REAL_CONFTEST = """
 import os
-from pytest_ponybench.rehearsal import CellScript, ScriptedModel
+from pytest_ponybench.rehearsal.server import CellScript, ScriptedModel
 
 MODEL = ScriptedModel()
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import agent, rehearsal, rehearsal_plugin
+from pytest_ponybench.cell import agent
+from pytest_ponybench.rehearsal import server as rehearsal, plugin as rehearsal_plugin
 
 MODEL_ID = "claude-haiku-4-5-20251001"
 # Sources that must never reach the model: marker -> path relative to the layout's root.

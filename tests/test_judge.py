@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import judge, scripted_judge, workspace
-from pytest_ponybench.rehearsal import Fault, JudgeScript, ScriptedModel
-from pytest_ponybench.rundir import write_record
-from pytest_ponybench.spec import load_task
+from pytest_ponybench.cell import workspace
+from pytest_ponybench.judge import judge
+from pytest_ponybench.rehearsal import scripted_judge
+from pytest_ponybench.rehearsal.server import Fault, JudgeScript, ScriptedModel
+from pytest_ponybench.store.rundir import write_record
+from pytest_ponybench.specs.spec import load_task
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = ROOT / "node_modules" / ".bin" / "claude"
@@ -238,7 +240,7 @@ def test_the_docs_show_the_rubrics_as_sent():
 def test_a_spent_budget_leaves_a_cell_not_judged_and_asks_nothing(tmp_path):
     from types import SimpleNamespace
 
-    from pytest_ponybench import judging
+    from pytest_ponybench.run import judging
 
     ws = tmp_path / "cell"
     ws.mkdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support.ponyproject import DOUBLE_TASK
 
-from pytest_ponybench import judge
+from pytest_ponybench.judge import judge
 
 JUDGED = ("over_engineering", "over_engineering_construct", "over_engineering_votes", "completeness",
           "judge_status", "judge_model", "judge_rubric", "judge_fingerprint", "judge_cost_usd")

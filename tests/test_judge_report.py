@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ponybench import judge, judge_report
+from pytest_ponybench.judge import judge
+from pytest_ponybench.reports import judge_report
 
 
 def cell(task, arm, oe, co=None, votes="", status="judged", fp="fp1"):

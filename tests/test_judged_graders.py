@@ -9,8 +9,10 @@ import threading
 import pytest
 import yaml
 
-from pytest_ponybench import judge, judged_graders as jg, plugin_evals, scripted_judge
-from pytest_ponybench.spec import SpecError
+from pytest_ponybench.judge import judge, judged_graders as jg
+from pytest_ponybench.rehearsal import scripted_judge
+from pytest_ponybench.run import plugin_evals
+from pytest_ponybench.specs.spec import SpecError
 
 
 def verdict(passed, why="one line"):
@@ -176,8 +178,8 @@ def test_the_docs_show_the_grader_frames_as_sent():
 def test_a_cell_s_work_is_its_answer_and_the_files_it_wrote_not_the_seed_or_harness(tmp_path):
     from types import SimpleNamespace
 
-    from pytest_ponybench import workspace
-    from pytest_ponybench.rundir import write_record
+    from pytest_ponybench.cell import workspace
+    from pytest_ponybench.store.rundir import write_record
 
     ws = tmp_path / "cell"
     (ws / ".git").mkdir(parents=True)

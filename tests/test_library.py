@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_ponybench import library
-from pytest_ponybench.spec import SpecError
+from pytest_ponybench.specs import library
+from pytest_ponybench.specs.spec import SpecError
 from support.benchproc import ADD_TASK, QUIET, run, write_project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def test_off_leaves_an_empty_directory_with_no_arms_and_bad_values_are_named(tmp
 
 
 def test_a_shipped_arm_finds_its_plugin_beside_it_wherever_the_run_starts(tmp_path):
-    from pytest_ponybench.spec import load_arm, resolve_plugin_dir
+    from pytest_ponybench.specs.spec import load_arm, resolve_plugin_dir
 
     arm = load_arm(REPO / "arms" / "small-diff.yaml")
     found = resolve_plugin_dir(arm, tmp_path / "arms", tmp_path / "no-cache", {})

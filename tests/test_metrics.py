@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import metrics, workspace
-from pytest_ponybench.spec import TaskSpec
+from pytest_ponybench.cell import workspace
+from pytest_ponybench.scoring import metrics
+from pytest_ponybench.specs.spec import TaskSpec
 from support.records import record_data
 
 

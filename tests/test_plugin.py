@@ -21,12 +21,14 @@ import junitparser
 import pytest
 import yaml
 
-from pytest_ponybench import agent, cell, instruments, summary, workspace
-from pytest_ponybench import record as records
-from pytest_ponybench.spec import ArmSpec, load_task
+from pytest_ponybench.cell import agent, lifecycle as cell, workspace
+from pytest_ponybench.instruments import gate as instruments
+from pytest_ponybench.reports import summary
+from pytest_ponybench.store import record as records
+from pytest_ponybench.specs.spec import ArmSpec, load_task
 from support import ponyproject as pp
 from support import proc_watch
-from pytest_ponybench.rundir import write_record
+from pytest_ponybench.store.rundir import write_record
 from support.records import record_data
 
 MODEL_ID = "claude-haiku-test-1"  # configured for the alias haiku in the project's ini

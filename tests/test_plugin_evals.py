@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_ponybench import graders, plugin_arm, plugin_evals
-from pytest_ponybench.spec import SpecError
+from pytest_ponybench.run import plugin_evals
+from pytest_ponybench.scoring import graders
+from pytest_ponybench.specs import plugin_arm
+from pytest_ponybench.specs.spec import SpecError
 from support.benchproc import QUIET, bench_args, fake_env, results, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -372,7 +374,7 @@ def test_an_imported_suite_runs_in_rehearsal_each_grader_kind_passing_and_failin
     page = (run_dir / "report.html").read_text()
     assert len(re.findall(r'<td class="num">1</td><td>[01]/1 \(\d+%\)</td><td>-</td>', page)) == 2 * len(cases)
     # A gate on the axis the run never measured fails as not evaluated, not as passed.
-    gate = subprocess.run([sys.executable, "-m", "pytest_ponybench.compare", str(run_dir), str(run_dir),
+    gate = subprocess.run([sys.executable, "-m", "pytest_ponybench.reports.compare", str(run_dir), str(run_dir),
                            "--min-safe-rate", "0.9"], capture_output=True, text=True, timeout=120)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "minimum safe rate not evaluated: not measured: no cell has a safe check" in gate.stdout

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import checks, procs, sandbox
+from pytest_ponybench.processes import procs, sandbox
+from pytest_ponybench.scoring import checks
 from support import proc_watch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,7 +147,7 @@ def test_a_supervisor_killed_outright_still_takes_its_tree_and_escapee_with_it(t
 HARNESS = textwrap.dedent("""
     import subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
-    from pytest_ponybench import procs
+    from pytest_ponybench.processes import procs
     for i in range(2):
         procs.start([sys.executable, "-c", sys.argv[2], f"{sys.argv[3]}{i}"], stdin=subprocess.DEVNULL)
     print("started", flush=True)
@@ -293,7 +294,8 @@ def test_a_forked_check_imports_nothing_its_fork_server_has_not_imported(tmp_pat
         for module in procs.WARM_MODULES:
             __import__(module)
         before = set(sys.modules)
-        from pytest_ponybench import checklib, checks
+        from pytest_ponybench import checklib
+        from pytest_ponybench.scoring import checks
         checklib.namespace("x.py")
         supervisor._limits(1024)
         print(" ".join(sorted(set(sys.modules) - before)))
@@ -310,7 +312,7 @@ def check_call(code: str, cwd: Path, scratch: Path, timeout: float = 30) -> dict
     """A call of `start_calls` running check code (checks.run_here), its verdict as its result."""
     scratch.mkdir(exist_ok=True)
     verdict = scratch / "verdict.json"
-    return {"function": "pytest_ponybench.checks:run_here", "args": [textwrap.dedent(code), str(verdict), ""],
+    return {"function": "pytest_ponybench.scoring.checks:run_here", "args": [textwrap.dedent(code), str(verdict), ""],
             "cwd": str(cwd), "timeout": timeout, "result": str(verdict),
             "output": str(scratch / "output.txt"), "tail": 500}
 
@@ -599,7 +601,7 @@ def test_a_sandboxed_call_with_tmpdir_inside_tmp_runs(tmp_path, monkeypatch):
     done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import json, sys
         from pathlib import Path
-        from pytest_ponybench import checks
+        from pytest_ponybench.scoring import checks
         ws = Path(sys.argv[1])
         print(json.dumps(checks.run_checks({"correct": sys.argv[2]}, ws, None, 30)["correct"].__dict__))
     """), str(ws), textwrap.dedent(code)], capture_output=True, text=True,

@@ -7,7 +7,8 @@ import signal
 
 import pytest
 
-from pytest_ponybench import progress, record as records
+from pytest_ponybench.run import progress
+from pytest_ponybench.store import record as records
 from support.benchproc import (
     ADD_TASK, GOOD_ADD, Session, bench_args, cli_stderr, fake_env, results, run, run_dirs, wait_for, write_project,
 )

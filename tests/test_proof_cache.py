@@ -6,8 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from pytest_ponybench import instruments, procs
-from pytest_ponybench.spec import load_task
+from pytest_ponybench.instruments import gate as instruments
+from pytest_ponybench.processes import procs
+from pytest_ponybench.specs.spec import load_task
 from support.benchproc import ADD_TASK
 
 

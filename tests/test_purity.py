@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from pytest_ponybench import cell, workspace
-from pytest_ponybench.spec import ArmSpec, load_task
+from pytest_ponybench.cell import lifecycle as cell, workspace
+from pytest_ponybench.specs.spec import ArmSpec, load_task
 from support import ponyproject as pp
-from pytest_ponybench.rundir import write_record
+from pytest_ponybench.store.rundir import write_record
 from support.records import record_path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_ponybench import strength
-from pytest_ponybench.spec import load_task
+from pytest_ponybench.instruments import strength
+from pytest_ponybench.specs.spec import load_task
 
 REPO = Path(__file__).resolve().parents[1]
 REDTEAM_DIR = REPO / "tests" / "redteam"

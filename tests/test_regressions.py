@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import checks
+from pytest_ponybench.scoring import checks
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "notes-app"
 

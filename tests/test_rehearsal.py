@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.rehearsal import CellScript, ScriptedModel, prove_arm
+from pytest_ponybench.rehearsal.server import CellScript, ScriptedModel, prove_arm
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 MODEL = "claude-haiku-4-5-20251001"
@@ -553,7 +553,7 @@ def _tool_body():
 
 
 def test_a_fault_for_the_first_requests_then_answers(server, tmp_path):
-    from pytest_ponybench.faults import parse_fault
+    from pytest_ponybench.specs.faults import parse_fault
 
     url = _messages_url(server.register("f529", CellScript(writes=[(str(tmp_path / "a"), "a")],
                                                            fault=parse_fault("529:2"))))
@@ -567,7 +567,7 @@ def test_a_fault_for_the_first_requests_then_answers(server, tmp_path):
 
 
 def test_a_429_asks_for_a_short_wait_and_a_401_is_final(server):
-    from pytest_ponybench.faults import parse_fault
+    from pytest_ponybench.specs.faults import parse_fault
 
     status, headers, payload = _post(_messages_url(server.register("f429", CellScript(fault=parse_fault("429")))),
                                      _tool_body())
@@ -580,7 +580,7 @@ def test_a_429_asks_for_a_short_wait_and_a_401_is_final(server):
 
 
 def test_a_cut_stream_ends_mid_message(server):
-    from pytest_ponybench.faults import parse_fault
+    from pytest_ponybench.specs.faults import parse_fault
 
     url = _messages_url(server.register("fcut", CellScript(answer="never whole", fault=parse_fault("cut"))))
     status, _, payload = _post(url, _tool_body())

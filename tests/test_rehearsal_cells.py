@@ -2,7 +2,9 @@
 import json
 from pathlib import Path
 
-from pytest_ponybench import cell, proof, rehearsal_plugin, spec
+from pytest_ponybench.cell import lifecycle as cell, proof
+from pytest_ponybench.rehearsal import plugin as rehearsal_plugin
+from pytest_ponybench.specs import spec
 
 REPO = Path(__file__).resolve().parents[1]
 

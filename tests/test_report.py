@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pytest_ponybench import report
+from pytest_ponybench.reports import report
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -330,7 +330,7 @@ def test_failure_reasons_are_in_both_reports_per_task_and_arm_most_frequent_firs
 
 
 def test_every_table_has_as_many_cells_a_row_as_headers_and_scrolls_in_its_own_box(tmp_path):
-    from pytest_ponybench import stats, tables
+    from pytest_ponybench.reports import stats, tables
 
     run_dir, records = make_run(tmp_path)
     arm_stats = stats.arm_stats(records)

@@ -87,7 +87,7 @@ def test_a_fixture_that_climbs_out_of_fixtures_is_refused(tmp_path):
 
 
 def test_run_json_and_the_header_say_what_the_sandbox_lacks(tmp_path):
-    from pytest_ponybench import sandbox
+    from pytest_ponybench.processes import sandbox
 
     root, env = project(tmp_path / "with")
     done = pp.run_pytest(root, pp.bench_args(root), env)

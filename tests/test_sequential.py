@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from pytest_ponybench import sequential as seq
-from pytest_ponybench.stats import runs_to_detect, z_value
+from pytest_ponybench.reports import sequential as seq
+from pytest_ponybench.reports.stats import runs_to_detect, z_value
 
 EXPERIMENTS = 2000
 ROUNDS = 60  # looks per experiment: a run of 60 rounds checked after every round

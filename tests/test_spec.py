@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_ponybench import instruments, spec
-from pytest_ponybench.spec import ArmSpec, SpecError
+from pytest_ponybench.instruments import gate as instruments
+from pytest_ponybench.specs import spec
+from pytest_ponybench.specs.spec import ArmSpec, SpecError
 from support import ponyproject as pp
 
 GOOD = {
@@ -423,7 +424,7 @@ def test_plugin_versions_rank_as_releases_then_by_age(tmp_path):
 
 
 def test_a_spec_text_is_parsed_once_per_process_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
-    from pytest_ponybench import spec
+    from pytest_ponybench.specs import spec
 
     parses = []
     real = spec.YAML_LOADER
@@ -449,7 +450,7 @@ def test_a_spec_text_is_parsed_once_per_process_and_each_caller_gets_its_own_cop
 # --- judge_completeness -----------------------------------------------------------------------
 
 def test_a_task_asks_for_the_completeness_judgement_and_a_bad_value_is_refused(tmp_path):
-    from pytest_ponybench import judge
+    from pytest_ponybench.judge import judge
 
     plain = load(tmp_path, GOOD)
     assert plain.judge_completeness is None and judge.task_axes(plain) == ("over_engineering",)

@@ -1,4 +1,4 @@
-"""Checks of pytest_ponybench.stats against values worked out independently.
+"""Checks of pytest_ponybench.reports.stats against values worked out independently.
 
 Wilson and Newcombe against the formula by hand and Newcombe's published table; Fisher by
 enumerating hypergeometric terms with math.comb; bootstrap intervals against exact bootstrap
@@ -12,7 +12,7 @@ from statistics import median
 import numpy as np
 import pytest
 
-from pytest_ponybench import stats
+from pytest_ponybench.reports import stats
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
 

@@ -2,7 +2,7 @@
 
 A task's own refs prove one thing each: the good one passes and the bad one is caught. That
 is a single lazy mistake. Every task also has a variants file, `tests/variants/<task>.yaml`
-(see `pytest_ponybench/strength.py`): at least 6 plausible implementations with one mistake
+(see `pytest_ponybench/instruments/strength.py`): at least 6 plausible implementations with one mistake
 each, of different kinds, that its checks must catch on the named axis, and at least 3
 independent correct ones they must accept. A check tuned to its own two refs, too narrow or
 too strict, fails here. Variants run through the real machinery, exactly like a reference:
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench import strength
-from pytest_ponybench.spec import TaskSpec, load_task
+from pytest_ponybench.instruments import strength
+from pytest_ponybench.specs.spec import TaskSpec, load_task
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS_DIR = REPO / "tasks"

@@ -15,8 +15,10 @@ import yaml
 
 from hypothesis import strategies as st
 
-from pytest_ponybench import cell, checklib, checks, inputs, mutation, workspace
-from pytest_ponybench.spec import SpecError, load_task
+from pytest_ponybench.cell import lifecycle as cell, workspace
+from pytest_ponybench.instruments import mutation
+from pytest_ponybench.scoring import checklib, checks, inputs
+from pytest_ponybench.specs.spec import SpecError, load_task
 
 SPLIT_TASK = {
     "prompt": "Write words(text) in words.py: the words of a sentence a user typed, in order.",

@@ -199,10 +199,10 @@ def main(argv):
         print(f"fake-pid: {grandchild}", file=sys.stderr, flush=True)
     if mode == "kill_worker":
         # Above the CLI are the namespace's init, the harness's supervisor and its fork server
-        # (all forks of pytest_ponybench.forkserver); above them, the process that ran the cell (an
+        # (all forks of pytest_ponybench.processes.forkserver); above them, the process that ran the cell (an
         # xdist worker). From its own PID namespace the CLI cannot signal it: the test does.
         worker = host_parent(host_pid())
-        while b"pytest_ponybench.forkserver" in Path(f"/proc/{worker}/cmdline").read_bytes():
+        while b"pytest_ponybench.processes.forkserver" in Path(f"/proc/{worker}/cmdline").read_bytes():
             worker = host_parent(worker)
         print(f"fake-pid: {worker}", file=sys.stderr, flush=True)
         named = Path(spec["worker_pid_file"])

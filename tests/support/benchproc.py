@@ -193,7 +193,7 @@ def calls(root: Path) -> list[dict]:
 def cli_stderr(workspace: Path) -> str:
     """The CLI's stderr of a cell as it is now: in the cell's records folder while the CLI runs,
     in the workspace once its tree is gone ("" before it starts)."""
-    from pytest_ponybench.workspace import STDERR, cli_output
+    from pytest_ponybench.cell.workspace import STDERR, cli_output
 
     for path in (cli_output(Path(workspace), STDERR), Path(workspace) / STDERR):  # the move is a rename
         try:

@@ -120,7 +120,7 @@ def _remove_cgroups_of(killed: list[int]) -> None:
     named after the supervisor's pid: remove those of the pids killed, as the fork server would."""
     if not killed:
         return
-    from pytest_ponybench import sandbox
+    from pytest_ponybench.processes import sandbox
 
     for pid in killed:
         with contextlib.suppress(OSError):
@@ -130,7 +130,7 @@ def _remove_cgroups_of(killed: list[int]) -> None:
 def cgroups_of(pids) -> list[str]:
     """The harness's cgroups (sandbox.py names them `ponybench-<supervisor pid>-...`) of these
     pids, in this process's hierarchies."""
-    from pytest_ponybench import sandbox
+    from pytest_ponybench.processes import sandbox
 
     return [group for pid in pids for group in sandbox.supervisor_cgroups(pid)]
 

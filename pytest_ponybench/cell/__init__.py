@@ -1,0 +1,4 @@
+"""One cell, start to end (`lifecycle`): the workspace (`workspace`, `beside`), the
+contract with the `claude` CLI (`agent`), the arm proven from hook events (`proof`), then the
+scoring. May import `scoring`, `store`, `specs` and `processes`.
+"""

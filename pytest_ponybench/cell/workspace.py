@@ -1,0 +1,217 @@
+"""Laying out a cell's workspace: the fixture copy, the seed files, the git snapshot.
+
+Workspaces are kept (never pytest's pruned `tmp_path`): rescoring needs them, and a scorer
+fix must never cost model spend twice.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+
+from pytest_ponybench.cell import beside
+from pytest_ponybench.scoring.metrics import git
+from pytest_ponybench.specs.spec import HARNESS_PREFIX, TaskSpec
+from pytest_ponybench.store.rundir import read_record, records_dir, write_record
+
+# In the workspace once the CLI's tree is gone: what the CLI printed (kept for scoring).
+# While it runs both are written in the cell's records folder under the same names
+# (`cli_output`), where an agent cannot replace, truncate or link them in its workspace.
+TRANSCRIPT = f"{HARNESS_PREFIX}.transcript.jsonl"
+STDERR = f"{HARNESS_PREFIX}.stderr.txt"
+CLI_OUTPUTS = (TRANSCRIPT, STDERR)
+# Beside it (rundir.records_dir), sealed with the run's key: record kinds, never in the
+# workspace, where the agent (and the code it wrote) could rewrite them.
+IDENTITY = "cell"
+FIXTURE_MANIFEST = "fixture"  # the fixture's files as copied
+SEED_MANIFEST = "seed"  # {path: sha256} of the task's seed files
+RESULT = "result"
+
+# What a fixture copy leaves behind: dependencies, VCS data, build output, caches, virtual
+# environments, media, and anything that looks like a secret.
+FIXTURE_SKIP = (
+    "node_modules", ".git", "build", "dist", "dist-ssr", ".vite", ".next", "out", "target",
+    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".cache", ".tox",
+    ".venv", "venv", "env", ".idea", ".vscode", "coverage", "storage", "*.log", "*.pyc",
+    "*.mp4", "*.mp3", "*.wav", "*.mov", "*.avi", "*.zip", "*.tar", "*.gz",
+    ".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "*secret*",
+    "*credential*", "*service-account*.json",
+)
+
+
+def _skipped(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in FIXTURE_SKIP)
+
+
+def copy_fixture(source: Path, workspace: Path) -> list[str]:
+    shutil.copytree(source, workspace, dirs_exist_ok=True, symlinks=True,
+                    ignore=lambda _dir, names: [n for n in names if _skipped(n)])
+    return sorted(p.relative_to(workspace).as_posix() for p in workspace.rglob("*")
+                  if p.is_file() and not p.name.startswith(HARNESS_PREFIX))
+
+
+def write_files(workspace: Path, files: dict[str, str]) -> None:
+    for rel, content in files.items():
+        target = workspace / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+
+
+def snapshot(workspace: Path) -> None:
+    """Commit the seeded tree, so the agent's work is exactly `git diff` against it."""
+    git(workspace, "init", "-q")
+    exclude = workspace / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    exclude.write_text(f"{HARNESS_PREFIX}*\n", encoding="utf-8")
+    git(workspace, "add", "-A")
+    done = git(workspace, "commit", "-q", "--no-verify", "--allow-empty", "-m", "ponybench: seeded workspace")
+    if done.returncode != 0:
+        raise RuntimeError(f"git could not snapshot the fixture in {workspace}: {done.stderr.strip()}")
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def seed(task: TaskSpec, workspace: Path, files: dict[str, str] | None = None, key: bytes | None = None) -> None:
+    """Fixture copy, then seed files, then snapshot; then `files` over them (a reference).
+    The manifests go beside the workspace, sealed with `key` (a run's; None outside a run)."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    manifest = copy_fixture(task.fixture, workspace) if task.fixture is not None else []
+    write_files(workspace, task.seed)
+    # What was seeded, so "the agent delivered code" can be told from "the stub is still there"
+    # from the kept cell alone, whatever the task file says by the time it is rescored.
+    write_record(workspace, SEED_MANIFEST, {rel: digest(text) for rel, text in sorted(task.seed.items())}, key)
+    if task.fixture is not None:
+        write_record(workspace, FIXTURE_MANIFEST, manifest, key)
+        snapshot(workspace)
+    if files:
+        write_files(workspace, files)
+
+
+def fixture_manifest(workspace: Path, key: bytes | None = None) -> set[str]:
+    data, _ = read_record(workspace, FIXTURE_MANIFEST, key)
+    return {str(p) for p in data} if isinstance(data, list) else set()
+
+
+def seed_manifest(workspace: Path, fallback: dict[str, str], key: bytes | None = None) -> dict[str, str]:
+    """{path: sha256} of what was seeded; without a trusted manifest, the digests of
+    `fallback` (the task's seed files)."""
+    data, _ = read_record(workspace, SEED_MANIFEST, key)
+    if isinstance(data, dict):
+        return {str(k): str(v) for k, v in data.items()}
+    return {rel: digest(text) for rel, text in fallback.items()}
+
+
+def copy_ignore(workspace: Path):
+    """The `shutil.copytree` ignore of a check's disposable copy (checks.run_checks): the
+    harness's own files and the fixture's git data at the top (checks never need them),
+    nothing the agent wrote."""
+    root = Path(workspace)
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        if Path(directory) != root:
+            return []
+        return [n for n in names if n.startswith(HARNESS_PREFIX) or n == ".git"]
+    return ignore
+
+
+def cli_output(workspace: Path, name: str) -> Path:
+    """Where the CLI writes its output `name` (TRANSCRIPT, STDERR) while it runs: the cell's
+    records folder, beside the workspace. A confined agent does not see the run directory; an
+    unconfined one would have to leave its workspace and go looking for it."""
+    return records_dir(workspace) / name
+
+
+def put_back(workspace: Path) -> list[str]:
+    """Move the CLI's output from the records folder to its kept names in the workspace, once
+    the CLI's whole process tree is gone: a rename, which replaces whatever the agent left at
+    those names (a file, a link, never followed; a folder is removed first). Both folders are
+    opened without following a link. The names moved."""
+    records, ws = records_dir(workspace), Path(workspace)
+    moved = []
+    try:
+        src = os.open(records, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return moved  # no records folder (the run never started), or a link in its place
+    try:
+        dst = os.open(ws, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        os.close(src)
+        return moved
+    try:
+        for name in CLI_OUTPUTS:
+            try:
+                if not stat.S_ISREG(os.stat(name, dir_fd=src, follow_symlinks=False).st_mode):
+                    continue
+            except FileNotFoundError:
+                continue
+            try:
+                there = os.stat(name, dir_fd=dst, follow_symlinks=False)
+            except FileNotFoundError:
+                there = None
+            if there is not None and stat.S_ISDIR(there.st_mode):
+                shutil.rmtree(ws / name)  # never follows a link inside it
+            os.replace(name, name, src_dir_fd=src, dst_dir_fd=dst)
+            moved.append(name)
+    finally:
+        os.close(src)
+        os.close(dst)
+    return moved
+
+
+def fresh(workspace: Path) -> None:
+    """An empty workspace and no records: a rerun starts from a fresh seed, never from a
+    half-done one."""
+    for folder in (workspace, records_dir(workspace)):
+        if folder.is_symlink():
+            folder.unlink()
+        elif folder.exists():
+            shutil.rmtree(folder)
+    workspace.mkdir(parents=True)
+
+
+# Entries of a run directory that the harness itself writes: everything else that appears or
+# changes there while an agent runs was written by that agent, outside its workspace. Cell
+# workspaces (and copies a resume kept aside, and a retried cell's earlier attempts) are
+# directories named like a cell id; any other name with "__" in it (an agent's
+# `../__init__.py`) is the agent's.
+CELL_DIR_RE = re.compile(r"^[^_][^/]*?__[^/]+?__[^/]+?__\d+(\.stale-[\w-]+|\.attempt-\d+)?$")
+
+
+def harness_entry(name: str, mode: int) -> bool:
+    if stat.S_ISDIR(mode) and CELL_DIR_RE.match(name):
+        return True
+    return name.startswith((HARNESS_PREFIX, "results.", "summary.", "report."))
+
+
+def watch_beside(run_dir: Path) -> beside.Watch:
+    """Started before an agent runs: `.changed()` after it gives the names beside the
+    workspaces that appeared or changed meanwhile, harness entries left out (beside.py: the
+    kernel's events on Linux, no listing of the run)."""
+    return beside.Watch(run_dir, harness_entry)
+
+
+def blame(workspace: Path, changed_beside: list[str], written: list[str], exclusive: bool) -> list[str]:
+    """What this cell's agent wrote outside its workspace.
+
+    `written` are the paths its write tools wrote (from its transcript), anywhere outside the
+    workspace; `changed_beside` are the run directory's entries that changed while it ran. A
+    process that runs one cell at a time blames every change beside the workspace (a plugin
+    hook may write without a tool call); under xdist other cells run at the same time, so a
+    change is blamed only on the cell whose agent wrote it."""
+    ws = Path(workspace).resolve()
+    run_dir = ws.parent
+    outside = [Path(p) for p in written if ws != Path(p).resolve() and ws not in Path(p).resolve().parents]
+    named = set()
+    for path in outside:
+        resolved = path.resolve()
+        inside_run = run_dir in resolved.parents
+        named.add(resolved.relative_to(run_dir).parts[0] if inside_run else str(resolved))
+    beside = set(changed_beside) if exclusive else {n for n in changed_beside if n in named}
+    return sorted(named | beside)

@@ -1,0 +1,179 @@
+"""Prove the instruments before spending.
+
+Every gated task ships a good and a bad reference: the good one must pass every check, the
+bad one must be caught on its axis and pass the others. The harness's own instruments are proven too: plugin
+directory resolution and the process-tree kill. `pytest -m selftest` shows each proof as a
+test; `pytest --ponybench` runs them all first and refuses to start a cell if one fails.
+
+A proof that held is remembered (one empty file per proof under the cache directory, named
+by a hash of what it depends on: the task's spec and fixture, the harness's own code, the
+Python and the CLI version), so an unchanged library is not proven again in every session.
+A failed proof is never remembered. `pytest -m selftest` always proves afresh.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import select
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pytest_ponybench.cell import lifecycle as cell, workspace
+from pytest_ponybench.processes import procs
+from pytest_ponybench.specs.spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
+
+
+def prove_reference(task: TaskSpec, side: str) -> str | None:
+    """None when the `side` ("good" or "bad") reference scores as it must; else why not."""
+    refs = task.refs
+    with tempfile.TemporaryDirectory(prefix=f"ponybench-ref-{task.name}-") as tmp:
+        ws = Path(tmp)
+        workspace.seed(task, ws, files=getattr(refs, side))
+        verdicts = cell.judge(task, ws)  # exactly as a cell is judged, forbidden edits included
+    if side == "good":
+        failed = [f"{axis}: {v.reason}" for axis, v in verdicts.items() if not v.ok]
+        return f"{task.path}: the good reference fails its checks ({'; '.join(failed)})" if failed else None
+    if verdicts[refs.axis].ok:
+        return f"{task.path}: the bad reference passes the {refs.axis} check, so the check cannot catch it"
+    # The bad reference is the lazy-but-plausible version: it must pass every other axis, so a
+    # check that crashes on everything cannot pass for one that catches the mistake.
+    others = [f"{axis}: {v.reason}" for axis, v in verdicts.items() if axis != refs.axis and not v.ok]
+    if others:
+        return f"{task.path}: the bad reference should fail only on {refs.axis}, but also fails {'; '.join(others)}"
+    return None
+
+
+def prove_plugin_resolution() -> str | None:
+    """The env override wins; a plugin that is nowhere gives a clear error."""
+    with tempfile.TemporaryDirectory(prefix="ponybench-plugin-") as tmp:
+        arm = ArmSpec(name="probe", path=None, plugin="ponybench-probe-plugin")
+        override = {"PONYBENCH_PROBE_PLUGIN_PLUGIN_DIR": tmp}
+        if resolve_plugin_dir(arm, Path(tmp), Path(tmp) / "cache", override) != str(Path(tmp).resolve()):
+            return "plugin resolution ignores the <NAME>_PLUGIN_DIR override"
+        try:
+            resolve_plugin_dir(arm, Path(tmp), Path(tmp) / "cache", {})
+        except SpecError as exc:
+            return None if "not found" in str(exc) else f"plugin resolution error is unclear: {exc}"
+        return "a plugin that exists nowhere resolved to a directory instead of an error"
+
+
+def prove_tree_kill() -> str | None:
+    """A cell that outran its time dies with all its children (a grandchild included). The
+    probe says when its grandchild runs, and is killed then: no fixed wait (a second per
+    session once), and the kill is proven on a tree that surely has its grandchild, however
+    slow the machine is to start one."""
+    spawn = ("import subprocess, sys, time; "
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], stdout=subprocess.DEVNULL); "
+             "print('grandchild running', flush=True); time.sleep(60)")
+    proc = procs.start([sys.executable, "-c", spawn], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        said = proc.stdout.readline() if select.select([proc.stdout], [], [], TREE_KILL_START)[0] else ""
+    finally:
+        killed = procs.wait_or_kill(proc, 0.0)
+        proc.stdout.close()
+    if "grandchild running" not in said:
+        return (f"the probe process did not start its grandchild within {TREE_KILL_START:g} s "
+                f"(it said {said.strip()!r}); the kill was not exercised")
+    if not killed:
+        return "the probe process ended before its timeout; the kill was not exercised"
+    if not procs.wait_group_gone(proc.pid):
+        return "processes of a killed cell survived the process-tree kill"
+    return None
+
+
+TREE_KILL_START = 30.0  # seconds the probe has to start its grandchild (two interpreter starts)
+
+
+CACHE_ENV = "PONYBENCH_CACHE_DIR"  # where proofs are remembered; "off" remembers nothing
+# The harness code a proof's outcome depends on: a change to any of them proves everything again.
+HARNESS_SOURCES = ("scoring/checks.py", "scoring/checklib.py", "scoring/check_state.py", "scoring/check_clock.py",
+                   "scoring/check_boundary.py", "scoring/remote.py", "scoring/inputs.py", "scoring/batteries.py",
+                   "scoring/regressions.py", "processes/procs.py", "processes/forkserver.py",
+                   "processes/supervisor.py", "cell/workspace.py", "instruments/gate.py", "specs/spec.py",
+                   "instruments/mutation.py")  # paths under pytest_ponybench/
+
+
+def cache_dir() -> Path | None:
+    """$PONYBENCH_CACHE_DIR, else $XDG_CACHE_HOME/pytest-ponybench, else ~/.cache/pytest-ponybench."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured == "off":
+        return None
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "pytest-ponybench"
+
+
+def harness_fingerprint(cli_version: str) -> str:
+    here = Path(__file__).resolve().parents[1]  # pytest_ponybench/
+    digest = hashlib.sha256()
+    for name in HARNESS_SOURCES:
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    digest.update(json.dumps([sys.version, platform.release(), cli_version]).encode())
+    return digest.hexdigest()
+
+
+def fixture_fingerprint(task: TaskSpec) -> list:
+    """What of a fixture directory a reference proof depends on: every file's path, size and
+    modification time (its content is read only when it changes)."""
+    if task.fixture is None:
+        return []
+    entries = []
+    for root, dirs, files in os.walk(task.fixture):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            entries.append([os.path.relpath(path, task.fixture), st.st_size, st.st_mtime_ns])
+    return entries
+
+
+def proof_key(harness: str, *parts) -> str:
+    return hashlib.sha256(json.dumps([harness, *parts], default=str).encode()).hexdigest()[:32]
+
+
+def _remembered(directory: Path | None, key: str) -> bool:
+    return directory is not None and (directory / "proofs" / key).is_file()
+
+
+def _remember(directory: Path | None, key: str) -> None:
+    if directory is None:
+        return
+    try:
+        (directory / "proofs").mkdir(parents=True, exist_ok=True)
+        (directory / "proofs" / key).touch()
+    except OSError:
+        pass  # an unwritable cache only costs the next session its proofs
+
+
+def prove_all(tasks: list[TaskSpec], cli_version: str = "", cache: Path | None | str = "default") -> list[str]:
+    """Every instrument at once; the list of what is broken (empty when all hold). Proofs
+    that held before, for the same task spec, fixture, harness code and CLI version, are
+    not run again (`cache`: a directory, None for no cache, or the default `cache_dir()`)."""
+    directory = cache_dir() if cache == "default" else (None if cache is None else Path(cache))
+    harness = harness_fingerprint(cli_version)
+    jobs = [(prove_reference, (t, side), proof_key(harness, "ref", t.name, t.spec_hash, side, fixture_fingerprint(t)))
+            for t in tasks if t.gated for side in ("good", "bad")]
+    jobs += [(prove_plugin_resolution, (), proof_key(harness, "plugin-resolution")),
+             (prove_tree_kill, (), proof_key(harness, "tree-kill"))]
+    jobs = [job for job in jobs if not _remembered(directory, job[2])]
+
+    def prove(job) -> str | None:
+        problem = job[0](*job[1])
+        if problem is None:
+            _remember(directory, job[2])
+        return problem
+
+    # Each proof waits on child processes, so threads overlap them well on two cores.
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(prove, jobs))
+    return [r for r in results if r]

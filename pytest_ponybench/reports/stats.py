@@ -1,0 +1,795 @@
+"""Arm-versus-reference statistics with intervals: is a difference real or noise?
+
+Agent outcomes flip between identical runs, so every number here comes with an interval and
+the name of the method behind it, and where the data are too thin the number is ``None`` and a
+verdict says "too few ... to conclude" instead.
+
+Everything is a pure function over result records (plain dicts, see docs/architecture.md):
+no I/O, and the bootstrap uses a seeded generator, so the same records give the same output.
+Every returned object is a dataclass of JSON-safe values (``dataclasses.asdict`` works, and no
+float is NaN or infinite).
+
+Which cells count
+    A cell counts towards the rates when the arm was verifiably applied and the agent was
+    started: its ``status`` is not in ``UNMEASURED_STATUSES`` and its ``correct`` (``safe``)
+    value is not ``None``. A timeout or CLI error counts as a failed run: it is something the
+    agent did under that arm. LOC uses the cells that delivered code (``total_loc > 0``), as the
+    seed did.
+
+Methods (and why)
+    * Rate difference per task x model: Newcombe's hybrid score interval (his method 10) built
+      from two Wilson intervals. Unlike the textbook Wald interval it stays inside [-1, 1] and
+      keeps its coverage with 3-10 runs and rates of 0 or 1, which is exactly our data.
+    * p-value per task x model: Fisher's exact test (two-sided), exact for small counts.
+    * Many comparisons: Holm-Bonferroni over all Fisher p-values of one report (correct and
+      safe, every task, model and arm). Verdicts on rates use the Holm-adjusted p-value.
+    * LOC per task x model: ratio of median ``total_loc`` (arm / reference), with a percentile
+      bootstrap interval (runs resampled with replacement within each side; ``N_BOOT``
+      resamples). Medians and ratios, because LOC is skewed and the question is relative.
+    * LOC without spread: when the bootstrap interval has zero width (every run of both sides
+      has the same LOC, say), there is no interval: the ratio is kept, ``low`` and ``high``
+      are None and the note and verdict say "no spread in 4 runs against 4: no interval".
+      A zero-width interval would claim a certainty that 4 runs cannot carry.
+    * Pooled over tasks per model: the mean of per-task rate differences and the geometric
+      mean of per-task median LOC ratios, with a hierarchical bootstrap: resample tasks with
+      replacement, then runs within each drawn task. Every task weighs the same, so one task
+      with many runs cannot dominate, and the interval reflects task-to-task spread.
+      Pooled intervals are unadjusted 95% intervals (no p-value, no Holm).
+    * Pooled rates at the edges: the bootstrap draws runs from each task's observed rate, so a
+      task whose runs all passed is resampled as "always passes" and 5 tasks x 4 runs all
+      passing would give [100%, 100%]: the bootstrap is known to fail at 0 and 1. So every
+      pooled rate interval (levels and differences) is the hull of the bootstrap interval and
+      a binomial score interval of the pooled runs: Wilson (levels) or Newcombe (differences)
+      at the pooled rate with the effective number of runs. The score interval is what the
+      runs allow if every task had the same rate (no task-to-task spread at all), so no
+      honest interval can be narrower; the bootstrap adds the task-to-task spread. The
+      effective number of runs is Kish's T^2 / sum(1 / n_t) for T tasks with n_t runs: the
+      equal-weight mean over tasks has the binomial variance of that many runs (with equal
+      run counts it is simply all the runs). 5 tasks x 4 runs all passing: Wilson(20 of 20)
+      = [84%, 100%].
+    * Power, where a rate difference per task x model is inconclusive ("no clear
+      difference" or too few runs): ``runs_needed`` is how many runs per arm would detect a
+      ``DETECTABLE_DIFFERENCE`` (20 percentage points) from the reference's observed rate
+      with two-sided alpha 0.05 and power 0.8 (two-proportion normal approximation, Fleiss,
+      without continuity correction; the larger of the two directions that stay within
+      [0, 1]; 50% when the reference has no measured run). It ignores the Holm correction,
+      so with many comparisons it is a lower bound. None where the verdict is a finding.
+    * Consistency per arm x model: the share of tasks where every run passed and the share
+      where runs disagreed (flip rate), and pass^k (tau-bench): per task with n measured runs
+      of which c passed, C(c, k) / C(n, k) is the unbiased estimate of the chance that k runs
+      all pass; averaged over tasks, for k = the smallest run count among them, and pass^1.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import asdict, dataclass, field
+from statistics import NormalDist, median
+from typing import Sequence
+
+import numpy as np
+
+from pytest_ponybench.store.record import CUT, INFRA, INSTRUMENT, NEVER_RAN
+
+CONFIDENCE = 0.95
+# Fewer runs than this on either side of a comparison: no number, a "too few" verdict.
+MIN_RUNS = 3
+# Fewer tasks than this (each with MIN_RUNS per side): no pooled number.
+MIN_TASKS = 3
+# Bootstrap resamples; 4000 keeps the Monte Carlo error of a 2.5% percentile small (about
+# +-0.25 percentage points of probability) while a whole report still takes well under a second.
+N_BOOT = 4000
+SEED = 20240611
+# The arm was not (provably) applied, the cell was cut short, or the API failed: such a cell
+# says nothing about the arm, so it is left out of every rate rather than counted as a failure.
+# So is a cell the run's budget cut short, or one the harness's own instrument failed on.
+UNMEASURED_STATUSES = NEVER_RAN | INFRA | CUT | INSTRUMENT
+# Power estimates: the smallest rate difference worth detecting (20 percentage points), and
+# the chance of detecting it that a plan should have.
+DETECTABLE_DIFFERENCE = 0.20
+POWER = 0.80
+
+WILSON = "Wilson score interval"
+NEWCOMBE = "Newcombe hybrid score interval (method 10, from two Wilson intervals)"
+FISHER = ("Fisher's exact test, two-sided (the tables with the observed margins no more likely "
+          "than the observed one, in exact integer arithmetic)")
+HOLM = "Holm-Bonferroni over all Fisher p-values of this report"
+CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
+PASS_K = ("pass^k (tau-bench): per task with n measured runs of which c passed, C(c, k) / C(n, k) "
+          "(unbiased for the chance that k runs all pass), averaged over the tasks with >= 2 "
+          "measured runs; k = the smallest run count among them; pass^1 = mean of c / n")
+POOLED_FLOOR = ("hull with the {score} interval of the pooled runs (pooled rate, Kish effective "
+                "runs T^2 / sum(1/n_t)), so that no interval is narrower than the runs allow")
+NO_SPREAD = "no interval where the bootstrap has no spread (every resample gives the same ratio)"
+
+
+def power_method(confidence: float = CONFIDENCE) -> str:
+    return (f"runs per arm to detect a {DETECTABLE_DIFFERENCE * 100:.0f} percentage point "
+            f"difference from the reference's observed rate (50% when it has none): "
+            f"two-proportion normal approximation (Fleiss, no continuity correction), two-sided "
+            f"alpha {1 - confidence:.2g}, power {POWER:.2g}, the larger of the two directions "
+            f"within [0, 1]; ignores Holm, so a lower bound; only where the verdict is "
+            f"inconclusive")
+
+
+def loc_ratio_method(n_boot: int) -> str:
+    return (f"ratio of median total_loc (cells with total_loc > 0); "
+            f"percentile bootstrap, {n_boot} resamples of runs within each side; {NO_SPREAD}")
+
+
+def pooled_rate_method(n_boot: int) -> str:
+    return (f"mean over tasks of per-task rate differences; hierarchical percentile bootstrap, "
+            f"{n_boot} resamples (tasks, then runs within each task); "
+            + POOLED_FLOOR.format(score="Newcombe"))
+
+
+def pooled_loc_method(n_boot: int) -> str:
+    return (f"geometric mean over tasks of per-task median total_loc ratios; hierarchical "
+            f"percentile bootstrap, {n_boot} resamples (tasks, then runs within each task); "
+            f"{NO_SPREAD}")
+
+
+def pooled_level_method(n_boot: int) -> str:
+    return (f"mean over tasks of per-task rates; hierarchical percentile bootstrap, "
+            f"{n_boot} resamples (tasks, then runs within each task); "
+            + POOLED_FLOOR.format(score="Wilson"))
+
+
+# --------------------------------------------------------------------------- result types
+
+
+@dataclass
+class Estimate:
+    """One number with its interval. ``value`` None means too few data; ``note`` says why.
+    A value with ``low`` and ``high`` None has no interval (a LOC ratio without spread).
+
+    ``runs_needed`` (rate differences per task x model only): runs per arm that would detect
+    a ``DETECTABLE_DIFFERENCE`` from the reference's rate, where the verdict is inconclusive
+    (``power_method``); None elsewhere."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    method: str
+    verdict: str
+    note: str = ""
+    p_value: float | None = None
+    p_holm: float | None = None
+    test: str = ""
+    runs_needed: int | None = None
+
+
+@dataclass
+class PairStats:
+    """One side against a reference side (an arm against the reference arm, a new run
+    against an old one), for one task x model."""
+
+    n: int
+    n_reference: int
+    correct_rate: float | None
+    correct_rate_reference: float | None
+    safe_rate: float | None
+    safe_rate_reference: float | None
+    loc_delivered: int
+    loc_delivered_reference: int
+    loc_median: float | None
+    loc_median_reference: float | None
+    correct_diff: Estimate
+    safe_diff: Estimate
+    loc_ratio: Estimate
+
+
+@dataclass
+class PooledStats:
+    """One side against a reference side pooled over tasks (task as the unit)."""
+
+    tasks_rates: list[str]
+    tasks_loc: list[str]
+    correct_rate: Estimate
+    correct_rate_reference: Estimate
+    safe_rate: Estimate
+    safe_rate_reference: Estimate
+    correct_diff: Estimate
+    safe_diff: Estimate
+    loc_ratio: Estimate
+
+
+@dataclass
+class ArmComparison:
+    task: str
+    model: str
+    arm: str
+    reference: str
+    stats: PairStats
+
+
+@dataclass
+class PooledComparison:
+    model: str
+    arm: str
+    reference: str
+    stats: PooledStats
+
+
+@dataclass
+class Consistency:
+    arm: str
+    model: str
+    tasks: int  # tasks with at least two measured runs
+    all_passed: int
+    all_failed: int
+    flipped: int
+    share_all_passed: float | None
+    share_flipped: float | None
+    single_run_tasks: int
+    pass_k: int | None = None  # k: the smallest measured run count among ``tasks``
+    pass_hat_k: float | None = None  # pass^k over ``tasks`` (PASS_K)
+    pass_hat_1: float | None = None  # pass^1: the mean per-task pass rate over ``tasks``
+    method: str = CONSISTENCY
+    pass_k_method: str = PASS_K
+    note: str = ""
+
+
+@dataclass
+class ArmStats:
+    """Everything one report says about arms against the reference arm."""
+
+    reference: str
+    settings: dict
+    methods: dict
+    comparisons: list[ArmComparison] = field(default_factory=list)
+    pooled: list[PooledComparison] = field(default_factory=list)
+    consistency: list[Consistency] = field(default_factory=list)
+    unattributed: int = 0  # records without a task, arm or model: left out of everything
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- record access
+# Which cells count is record.py's one definition, shared by every output.
+
+from pytest_ponybench.store.record import count, group_by, is_measured, loc_values, name_of, passed  # noqa: E402
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def z_value(confidence: float = CONFIDENCE) -> float:
+    return NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval for a proportion successes / n (n >= 1).
+
+    centre = (x + z^2/2) / (n + z^2); half = z / (n + z^2) * sqrt(x (n - x) / n + z^2 / 4)
+    """
+    if n <= 0:
+        raise ValueError("wilson_interval needs n >= 1")
+    z = z_value(confidence)
+    z2 = z * z
+    centre = (successes + z2 / 2) / (n + z2)
+    half = z / (n + z2) * math.sqrt(successes * (n - successes) / n + z2 / 4)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe_interval(x1: int, n1: int, x2: int, n2: int,
+                      confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Newcombe's hybrid score interval for p1 - p2 (Newcombe 1998, method 10).
+
+    With Wilson intervals (l1, u1) for p1 and (l2, u2) for p2 and d = p1 - p2:
+    low = d - sqrt((p1 - l1)^2 + (u2 - p2)^2), high = d + sqrt((u1 - p1)^2 + (p2 - l2)^2).
+    """
+    p1, p2 = x1 / n1, x2 / n2
+    l1, u1 = wilson_interval(x1, n1, confidence)
+    l2, u2 = wilson_interval(x2, n2, confidence)
+    d = p1 - p2
+    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return max(-1.0, low), min(1.0, high)
+
+
+def effective_runs(run_counts: Sequence[int]) -> float:
+    """Kish's effective number of runs behind an equal-weight mean over tasks: T^2 / sum(1/n_t).
+
+    Each of the n_t runs of task t weighs 1 / (T n_t); Kish's (sum w)^2 / sum w^2 gives the
+    number of equally weighted runs with the same binomial variance. Equal run counts: the sum
+    of the runs (5 tasks x 4 runs: 20)."""
+    return len(run_counts) ** 2 / sum(1 / n for n in run_counts)
+
+
+def runs_to_detect(reference_rate: float | None, difference: float = DETECTABLE_DIFFERENCE,
+                   confidence: float = CONFIDENCE, power: float = POWER) -> int | None:
+    """Runs per arm for a two-sided test at 1 - ``confidence`` to detect ``difference`` from
+    ``reference_rate`` with probability ``power`` (two-proportion normal approximation):
+
+    n = (z_a sqrt(2 pbar (1 - pbar)) + z_b sqrt(p1 (1 - p1) + p2 (1 - p2)))^2 / difference^2,
+    p1 the reference rate, p2 = p1 +- difference, pbar their mean; the larger n of the two
+    directions that stay within [0, 1], rounded up. A reference without a measured run is
+    taken at 50%, the most demanding rate. None when neither direction fits in [0, 1]."""
+    p1 = 0.5 if reference_rate is None else reference_rate
+    z_a, z_b = z_value(confidence), NormalDist().inv_cdf(power)
+    needed = []
+    for p2 in (p1 + difference, p1 - difference):
+        if not -1e-12 <= p2 <= 1 + 1e-12:
+            continue
+        p2 = min(1.0, max(0.0, p2))
+        pbar = (p1 + p2) / 2
+        root = (z_a * math.sqrt(2 * pbar * (1 - pbar))
+                + z_b * math.sqrt(p1 * (1 - p1) + p2 * (1 - p2)))
+        # 92.9999999 from rounding is 93 runs, not 94.
+        needed.append(math.ceil(root ** 2 / difference ** 2 - 1e-9))
+    return max(needed) if needed else None
+
+
+def fisher_p(x1: int, n1: int, x2: int, n2: int) -> float:
+    """Two-sided Fisher exact p-value for the 2x2 table [[x1, n1-x1], [x2, n2-x2]]."""
+    # Under fixed margins the first cell is hypergeometric. Every table's probability shares the
+    # denominator C(n1 + n2, x1 + x2), so comparing the integer numerators C(n1, k) C(n2, s - k)
+    # decides "no more likely than observed" exactly, ties included, with no float tolerance.
+    # (scipy.stats.fisher_exact gives the same values, at some 70 MB of imports.)
+    s = x1 + x2
+    weights = {k: math.comb(n1, k) * math.comb(n2, s - k)
+               for k in range(max(0, s - n2), min(n1, s) + 1)}
+    observed = weights[x1]
+    extreme = sum(w for w in weights.values() if w <= observed)
+    return min(1.0, extreme / math.comb(n1 + n2, s))
+
+
+def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values, in the input order; None entries stay None and are
+    not part of the family.
+
+    Sort the m p-values ascending; the i-th (0-based) becomes (m - i) * p, made monotone with
+    a running maximum and capped at 1.
+    """
+    present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(present)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(present):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def percentile_interval(samples: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    alpha = 1 - confidence
+    low, high = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def has_spread(low: float, high: float) -> bool:
+    """False for a zero-width interval (up to floating-point noise in the ratios)."""
+    return high - low > 1e-9 * max(1.0, abs(high))
+
+
+def rng_for(seed: int, *key: str) -> np.random.Generator:
+    """A generator seeded by the report seed and the comparison's own key, so a comparison's
+    interval does not change when other arms or tasks are added to the run."""
+    return np.random.default_rng([seed, zlib.crc32("\x1f".join(key).encode())])
+
+
+def resampled_medians(groups: Sequence[Sequence[float]], picks: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Medians of bootstrap resamples of runs within groups.
+
+    ``picks`` (shape B x T) says which group each of B resamples draws at each of T positions;
+    for each position the group's values are resampled with replacement (same size as the
+    group) and the median taken. Returns B x T medians. Vectorised by padding the groups to
+    the longest one.
+    """
+    sizes = np.array([len(g) for g in groups])
+    padded = np.full((len(groups), sizes.max()), np.nan)
+    for i, values in enumerate(groups):
+        padded[i, : len(values)] = values
+    n = sizes[picks][..., None]  # B x T x 1
+    width = padded.shape[1]
+    within = (rng.random(picks.shape + (width,)) * n).astype(np.int64)
+    draws = padded[picks[..., None], within]
+    # Positions beyond a group's size sort last as +inf; the median of the first n sorted
+    # draws is the mean of positions (n-1)//2 and n//2 (np.nanmedian is ~10x slower).
+    draws[np.arange(width) >= n] = np.inf
+    draws.sort(axis=2)
+    middle_low = np.take_along_axis(draws, (n - 1) // 2, axis=2)
+    middle_high = np.take_along_axis(draws, n // 2, axis=2)
+    return ((middle_low + middle_high) / 2)[..., 0]
+
+
+# --------------------------------------------------------------------------- one task x model
+
+
+NOT_MEASURED = "not measured"  # the verdict's start where no cell of either side had a check on the axis
+
+
+def not_measured(method: str, metric: str, test: str = "") -> Estimate:
+    """No number because nothing was measured: the tasks have no `metric` check. Not "too few
+    runs", which more runs would fix."""
+    note = f"{NOT_MEASURED}: no cell has a {metric} check"
+    return Estimate(None, None, None, method, verdict=note, note=note, test=test)
+
+
+def too_few_runs(n: int, n_reference: int, min_runs: int, labels: tuple[str, str]) -> str:
+    return (f"too few runs to conclude: {labels[0]} {n}, {labels[1]} {n_reference} "
+            f"(need {min_runs} per side)")
+
+
+def rate_difference(x: int, n: int, x_ref: int, n_ref: int, *, min_runs: int = MIN_RUNS,
+                    confidence: float = CONFIDENCE,
+                    labels: tuple[str, str] = ("arm", "reference")) -> Estimate:
+    """Rate difference (side minus reference) with Newcombe's interval and Fisher's p.
+
+    The verdict is provisional ("no clear difference" or the unadjusted direction) until
+    ``apply_holm`` sets the Holm-adjusted p-value and the final verdict."""
+    needed = runs_to_detect(x_ref / n_ref if n_ref else None, confidence=confidence)
+    if n < min_runs or n_ref < min_runs:
+        return Estimate(None, None, None, NEWCOMBE,
+                        verdict=too_few_runs(n, n_ref, min_runs, labels),
+                        note=too_few_runs(n, n_ref, min_runs, labels), test=FISHER,
+                        runs_needed=needed)
+    low, high = newcombe_interval(x, n, x_ref, n_ref, confidence)
+    p = fisher_p(x, n, x_ref, n_ref)
+    # runs_needed stays even on a provisional finding: Holm may still make it inconclusive,
+    # and apply_holm clears it where the final verdict is a finding.
+    estimate = Estimate(x / n - x_ref / n_ref, low, high, NEWCOMBE, verdict="",
+                        p_value=p, p_holm=p, test=FISHER, runs_needed=needed)
+    estimate.verdict = rate_verdict(estimate, 1 - confidence)
+    return estimate
+
+
+def rate_verdict(estimate: Estimate, alpha: float) -> str:
+    p = estimate.p_holm if estimate.p_holm is not None else estimate.p_value
+    if estimate.value is None or p is None:
+        return estimate.verdict
+    if p < alpha and estimate.value > 0:
+        return "higher"
+    if p < alpha and estimate.value < 0:
+        return "lower"
+    return "no clear difference"
+
+
+def interval_verdict(low: float, high: float, null: float, up: str, down: str) -> str:
+    if low > null:
+        return up
+    if high < null:
+        return down
+    return "no clear difference"
+
+
+def loc_ratio(values: Sequence[float], reference_values: Sequence[float], *, n: int, n_ref: int,
+              min_runs: int = MIN_RUNS, n_boot: int = N_BOOT,
+              rng: np.random.Generator | None = None, confidence: float = CONFIDENCE,
+              labels: tuple[str, str] = ("arm", "reference")) -> Estimate:
+    """median(values) / median(reference_values) with a percentile bootstrap interval.
+
+    ``values`` are the delivered total_loc of one side, ``n`` that side's measured runs (for the
+    note)."""
+    method = loc_ratio_method(n_boot)
+    if len(values) < min_runs or len(reference_values) < min_runs:
+        note = (f"too few cells with code to conclude: {labels[0]} delivered code in "
+                f"{len(values)} of {n} runs, {labels[1]} in {len(reference_values)} of {n_ref} "
+                f"(need {min_runs} per side)")
+        return Estimate(None, None, None, method, verdict=note, note=note)
+    rng = rng if rng is not None else np.random.default_rng(SEED)
+    ratio = median(values) / median(reference_values)
+    picks = np.zeros((n_boot, 1), dtype=np.int64)
+    side = resampled_medians([values], picks, rng)[:, 0]
+    reference = resampled_medians([reference_values], picks, rng)[:, 0]
+    low, high = percentile_interval(side / reference, confidence)
+    if not has_spread(low, high):
+        constant = len(set(values)) == 1 and len(set(reference_values)) == 1
+        note = no_spread(len(values), len(reference_values), constant)
+        return Estimate(ratio, None, None, method, verdict=note, note=note)
+    return Estimate(ratio, low, high, method,
+                    verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines"))
+
+
+def no_spread(runs: int, runs_reference: int, constant: bool, tasks: int = 0) -> str:
+    """The note of a LOC ratio whose bootstrap has no spread: "no spread in 4 runs against 4"
+    when the LOC values themselves do not vary (``constant``); otherwise they vary too rarely
+    for any resample to move a median."""
+    over = f" over {tasks} tasks" if tasks else ""
+    where = "" if constant else "the resampled medians of "
+    return f"no spread in {where}{runs} runs against {runs_reference}{over}: no interval"
+
+
+def compare_pair(records: Sequence[dict], reference_records: Sequence[dict], *,
+                 key: Sequence[str] = (), min_runs: int = MIN_RUNS, n_boot: int = N_BOOT,
+                 seed: int = SEED, confidence: float = CONFIDENCE,
+                 labels: tuple[str, str] = ("arm", "reference")) -> PairStats:
+    """One side's cells against the reference side's cells, for one task x model.
+
+    ``key`` names the comparison (task, model, arm, ...) and seeds its bootstrap."""
+    x_c, n_c = count(records, "correct")
+    x_c_ref, n_c_ref = count(reference_records, "correct")
+    x_s, n_s = count(records, "safe")
+    x_s_ref, n_s_ref = count(reference_records, "safe")
+    locs, locs_ref = loc_values(records), loc_values(reference_records)
+    n = sum(1 for r in records if is_measured(r))
+    n_ref = sum(1 for r in reference_records if is_measured(r))
+    return PairStats(
+        n=n, n_reference=n_ref,
+        correct_rate=x_c / n_c if n_c else None,
+        correct_rate_reference=x_c_ref / n_c_ref if n_c_ref else None,
+        safe_rate=x_s / n_s if n_s else None,
+        safe_rate_reference=x_s_ref / n_s_ref if n_s_ref else None,
+        loc_delivered=len(locs), loc_delivered_reference=len(locs_ref),
+        loc_median=float(median(locs)) if locs else None,
+        loc_median_reference=float(median(locs_ref)) if locs_ref else None,
+        correct_diff=(rate_difference(x_c, n_c, x_c_ref, n_c_ref, min_runs=min_runs,
+                                      confidence=confidence, labels=labels)
+                      if n_c or n_c_ref else not_measured(NEWCOMBE, "correct", FISHER)),
+        safe_diff=(rate_difference(x_s, n_s, x_s_ref, n_s_ref, min_runs=min_runs,
+                                   confidence=confidence, labels=labels)
+                   if n_s or n_s_ref else not_measured(NEWCOMBE, "safe", FISHER)),
+        loc_ratio=loc_ratio(locs, locs_ref, n=n, n_ref=n_ref, min_runs=min_runs, n_boot=n_boot,
+                            rng=rng_for(seed, "loc", *key), confidence=confidence,
+                            labels=labels),
+    )
+
+
+def apply_holm(estimates: Sequence[Estimate], alpha: float = 1 - CONFIDENCE) -> None:
+    """Set ``p_holm`` and the final verdict on every estimate that has a p-value (in place)."""
+    adjusted = holm_adjust([e.p_value for e in estimates])
+    for estimate, p in zip(estimates, adjusted):
+        if p is not None:
+            estimate.p_holm = p
+            estimate.verdict = rate_verdict(estimate, alpha)
+            if estimate.verdict in ("higher", "lower"):
+                estimate.runs_needed = None  # a finding: no power question left
+
+
+# --------------------------------------------------------------------------- pooled over tasks
+
+
+def too_few_tasks(tasks: int, min_tasks: int, min_runs: int, what: str) -> str:
+    return (f"too few tasks to pool: {tasks} with {min_runs}+ {what} per side "
+            f"(need {min_tasks})")
+
+
+def pooled_rate(by_task: dict[str, Sequence[dict]], metric: str, *, min_runs: int = 1,
+                min_tasks: int = 1, n_boot: int = N_BOOT, seed: int = SEED,
+                confidence: float = CONFIDENCE, key: Sequence[str] = ()) -> Estimate:
+    """Mean over tasks of one side's per-task rate, with a hierarchical bootstrap interval.
+
+    Used for absolute thresholds (e.g. a minimum safe rate): a task counts once, whatever its
+    number of runs."""
+    method = pooled_level_method(n_boot)
+    counts = [count(records, metric) for records in by_task.values()]
+    if counts and not any(n for _x, n in counts):
+        return not_measured(method, metric)
+    counts = [(x, n) for x, n in counts if n >= min_runs]
+    if len(counts) < min_tasks or not counts:
+        note = too_few_tasks(len(counts), min_tasks, min_runs, "runs")
+        return Estimate(None, None, None, method, verdict=note, note=note)
+    x = np.array([c[0] for c in counts], dtype=float)
+    n = np.array([c[1] for c in counts])
+    rng = rng_for(seed, "level", metric, *key)
+    picks = rng.integers(0, len(n), size=(n_boot, len(n)))
+    # Resampling n runs with replacement from a task with x successes out of n draws a
+    # Binomial(n, x / n) count of successes: the same distribution, without the loop.
+    rates = rng.binomial(n[picks], x[picks] / n[picks]) / n[picks]
+    low, high = percentile_interval(rates.mean(axis=1), confidence)
+    value = float(np.mean(x / n))
+    runs = effective_runs(n.tolist())
+    floor_low, floor_high = wilson_interval(value * runs, runs, confidence)
+    return Estimate(value, min(low, floor_low), max(high, floor_high), method, verdict="")
+
+
+def pooled_rate_difference(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], metric: str,
+                           *, min_runs: int = MIN_RUNS, min_tasks: int = MIN_TASKS,
+                           n_boot: int = N_BOOT, rng: np.random.Generator | None = None,
+                           confidence: float = CONFIDENCE) -> tuple[Estimate, list[str]]:
+    """Mean over tasks of (side rate - reference rate), hierarchical bootstrap interval.
+
+    Returns the estimate and the tasks it used (those with ``min_runs`` per side)."""
+    method = pooled_rate_method(n_boot)
+    used, counts = [], []
+    measured = False
+    for task, (records, reference_records) in pairs.items():
+        x, n = count(records, metric)
+        x_ref, n_ref = count(reference_records, metric)
+        measured = measured or bool(n or n_ref)
+        if n >= min_runs and n_ref >= min_runs:
+            used.append(task)
+            counts.append((x, n, x_ref, n_ref))
+    if not measured and pairs:
+        return not_measured(method, metric), used
+    if len(used) < min_tasks:
+        note = too_few_tasks(len(used), min_tasks, min_runs, "runs")
+        return Estimate(None, None, None, method, verdict=note, note=note), used
+    x, n, x_ref, n_ref = (np.array(column, dtype=float) for column in zip(*counts))
+    n, n_ref = n.astype(np.int64), n_ref.astype(np.int64)
+    rng = rng if rng is not None else np.random.default_rng(SEED)
+    picks = rng.integers(0, len(used), size=(n_boot, len(used)))  # tasks, with replacement
+    # Runs within each drawn task, with replacement (binomial form, see pooled_rate).
+    side = rng.binomial(n[picks], x[picks] / n[picks]) / n[picks]
+    reference = rng.binomial(n_ref[picks], x_ref[picks] / n_ref[picks]) / n_ref[picks]
+    low, high = percentile_interval((side - reference).mean(axis=1), confidence)
+    value = float(np.mean(x / n - x_ref / n_ref))
+    rate, rate_ref = float(np.mean(x / n)), float(np.mean(x_ref / n_ref))
+    runs, runs_ref = effective_runs(n.tolist()), effective_runs(n_ref.tolist())
+    floor_low, floor_high = newcombe_interval(rate * runs, runs, rate_ref * runs_ref, runs_ref,
+                                              confidence)
+    low, high = min(low, floor_low), max(high, floor_high)
+    return Estimate(value, low, high, method,
+                    verdict=interval_verdict(low, high, 0.0, "higher", "lower")), used
+
+
+def pooled_loc_ratio(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
+                     min_runs: int = MIN_RUNS, min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT,
+                     rng: np.random.Generator | None = None,
+                     confidence: float = CONFIDENCE) -> tuple[Estimate, list[str]]:
+    """Geometric mean over tasks of median-LOC ratios, hierarchical bootstrap interval.
+
+    The geometric mean, because ratios multiply: x2 on one task and x0.5 on another is no
+    change overall. Returns the estimate and the tasks it used."""
+    method = pooled_loc_method(n_boot)
+    used, sides, references = [], [], []
+    for task, (records, reference_records) in pairs.items():
+        locs, locs_ref = loc_values(records), loc_values(reference_records)
+        if len(locs) >= min_runs and len(locs_ref) >= min_runs:
+            used.append(task)
+            sides.append(locs)
+            references.append(locs_ref)
+    if len(used) < min_tasks:
+        note = too_few_tasks(len(used), min_tasks, min_runs, "cells with code")
+        return Estimate(None, None, None, method, verdict=note, note=note), used
+    log_ratios = [math.log(median(s) / median(r)) for s, r in zip(sides, references)]
+    rng = rng if rng is not None else np.random.default_rng(SEED)
+    picks = rng.integers(0, len(used), size=(n_boot, len(used)))
+    side = resampled_medians(sides, picks, rng)
+    reference = resampled_medians(references, picks, rng)
+    samples = np.exp(np.log(side / reference).mean(axis=1))
+    low, high = percentile_interval(samples, confidence)
+    value = math.exp(sum(log_ratios) / len(log_ratios))
+    if not has_spread(low, high):
+        constant = all(len(set(v)) == 1 for v in sides + references)
+        note = no_spread(sum(map(len, sides)), sum(map(len, references)), constant, len(used))
+        return Estimate(value, None, None, method, verdict=note, note=note), used
+    return Estimate(value, low, high, method,
+                    verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines")), used
+
+
+def compare_pooled(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
+                   key: Sequence[str] = (), min_runs: int = MIN_RUNS,
+                   min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT, seed: int = SEED,
+                   confidence: float = CONFIDENCE) -> PooledStats:
+    """One side against the reference side over all tasks in ``pairs`` (task -> (side
+    records, reference records)), for one model."""
+    correct_diff, tasks_rates = pooled_rate_difference(
+        pairs, "correct", min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
+        rng=rng_for(seed, "pooled", "correct", *key), confidence=confidence)
+    safe_diff, tasks_safe = pooled_rate_difference(
+        pairs, "safe", min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
+        rng=rng_for(seed, "pooled", "safe", *key), confidence=confidence)
+    loc, tasks_loc = pooled_loc_ratio(
+        pairs, min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
+        rng=rng_for(seed, "pooled", "loc", *key), confidence=confidence)
+    diffs = {"correct": correct_diff, "safe": safe_diff}
+
+    used = {"correct": tasks_rates, "safe": tasks_safe}
+    # A task enters the rates when either axis could be compared on it (a task without a
+    # correct check may still have a safe one).
+    tasks_rates = [t for t in pairs if t in tasks_rates or t in tasks_safe]
+
+    def level(metric: str, side: int) -> Estimate:
+        # The absolute levels over the same tasks as the differences, for reading them.
+        if not used[metric]:
+            # No task to pool on this axis: the level has the difference's reason.
+            return Estimate(None, None, None, pooled_level_method(n_boot),
+                            verdict=diffs[metric].verdict, note=diffs[metric].note)
+        by_task = {t: pairs[t][side] for t in used[metric]}
+        return pooled_rate(by_task, metric, min_runs=min_runs, min_tasks=min_tasks,
+                           n_boot=n_boot, seed=seed, confidence=confidence,
+                           key=(*key, str(side)))
+
+    return PooledStats(
+        tasks_rates=tasks_rates, tasks_loc=tasks_loc,
+        correct_rate=level("correct", 0), correct_rate_reference=level("correct", 1),
+        safe_rate=level("safe", 0), safe_rate_reference=level("safe", 1),
+        correct_diff=correct_diff, safe_diff=safe_diff, loc_ratio=loc)
+
+
+# --------------------------------------------------------------------------- consistency
+
+
+def pass_hat(k: int, runs_and_passes: Sequence[tuple[int, int]]) -> float:
+    """pass^k: the mean over tasks of C(c, k) / C(n, k) for n runs of which c passed.
+
+    C(c, k) / C(n, k) is the chance that k runs drawn without replacement from the task's n
+    all passed: an unbiased estimate of p^k for the task's pass rate p (tau-bench)."""
+    return sum(math.comb(c, k) / math.comb(n, k) for n, c in runs_and_passes) / len(runs_and_passes)
+
+
+def consistency(records: Sequence[dict]) -> list[Consistency]:
+    """Per arm x model: over tasks with at least two measured runs, how many had every run
+    pass, every run fail, or runs that disagreed (flipped); and pass^k over the same tasks.
+
+    pass^k uses the tasks with 2+ runs, like the rest of the row: one task with a single run
+    would force k = 1, and pass^1 says nothing about runs agreeing."""
+    result = []
+    for (arm, model), cells in group_by(records, "arm", "model").items():
+        tasks = all_passed = all_failed = flipped = single = 0
+        runs_and_passes = []
+        for _task, task_cells in group_by(cells, "task").items():
+            outcomes = [p for p in (passed(r) for r in task_cells) if p is not None]
+            if len(outcomes) < 2:
+                single += 1 if outcomes else 0
+                continue
+            tasks += 1
+            runs_and_passes.append((len(outcomes), sum(outcomes)))
+            if all(outcomes):
+                all_passed += 1
+            elif not any(outcomes):
+                all_failed += 1
+            else:
+                flipped += 1
+        note = "" if tasks else "too few runs to conclude: no task with 2 or more measured runs"
+        k = min(n for n, _c in runs_and_passes) if runs_and_passes else None
+        result.append(Consistency(
+            arm=arm, model=model, tasks=tasks, all_passed=all_passed, all_failed=all_failed,
+            flipped=flipped, share_all_passed=all_passed / tasks if tasks else None,
+            share_flipped=flipped / tasks if tasks else None, single_run_tasks=single,
+            pass_k=k, pass_hat_k=pass_hat(k, runs_and_passes) if k else None,
+            pass_hat_1=pass_hat(1, runs_and_passes) if k else None, note=note))
+    return result
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def arm_stats(records: Sequence[dict], reference: str = "baseline", *,
+              confidence: float = CONFIDENCE, min_runs: int = MIN_RUNS,
+              min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT, seed: int = SEED) -> ArmStats:
+    """Every arm against ``reference``: per task x model, pooled per model, and consistency.
+
+    Holm-Bonferroni runs over all Fisher p-values produced here, so the verdicts of one
+    report are corrected for its many comparisons."""
+    settings = {"confidence": confidence, "min_runs": min_runs, "min_tasks": min_tasks,
+                "n_boot": n_boot, "seed": seed,
+                "unmeasured_statuses": sorted(UNMEASURED_STATUSES),
+                "detectable_difference": DETECTABLE_DIFFERENCE, "power": POWER}
+    methods = {"rate_difference": NEWCOMBE, "p_value": FISHER, "multiple_comparisons": HOLM,
+               "loc_ratio": loc_ratio_method(n_boot),
+               "pooled_rate_difference": pooled_rate_method(n_boot),
+               "pooled_rate": pooled_level_method(n_boot),
+               "pooled_loc_ratio": pooled_loc_method(n_boot), "consistency": CONSISTENCY,
+               "pass_k": PASS_K, "runs_needed": power_method(confidence)}
+    attributed = [r for r in records if all(name_of(r, k) != "?" for k in ("task", "arm", "model"))]
+    result = ArmStats(reference=reference, settings=settings, methods=methods,
+                      consistency=consistency(attributed),
+                      unattributed=len(records) - len(attributed))
+    records = attributed
+    cells = group_by(records, "model", "arm", "task")
+    arms = sorted({arm for _model, arm, _task in cells})
+    if reference not in arms:
+        result.note = (f"reference arm {reference!r} is not in these results: "
+                       f"no arm-versus-reference comparisons")
+        return result
+    if arms == [reference]:
+        result.note = f"only the reference arm {reference!r} ran: nothing to compare"
+        return result
+    for model in sorted({model for model, _arm, _task in cells}):
+        for arm in arms:
+            if arm == reference:
+                continue
+            pairs = {}
+            for (m, a, task), arm_cells in cells.items():
+                if m != model or a != arm:
+                    continue
+                reference_cells = cells.get((model, reference, task), [])
+                pairs[task] = (arm_cells, reference_cells)
+                pair = compare_pair(arm_cells, reference_cells, key=(task, model, arm),
+                                    min_runs=min_runs, n_boot=n_boot, seed=seed,
+                                    confidence=confidence, labels=(arm, reference))
+                result.comparisons.append(ArmComparison(task, model, arm, reference, pair))
+            if pairs:
+                pooled = compare_pooled(pairs, key=(model, arm), min_runs=min_runs,
+                                        min_tasks=min_tasks, n_boot=n_boot, seed=seed,
+                                        confidence=confidence)
+                result.pooled.append(PooledComparison(model, arm, reference, pooled))
+    apply_holm([e for c in result.comparisons for e in (c.stats.correct_diff, c.stats.safe_diff)],
+               1 - confidence)
+    return result

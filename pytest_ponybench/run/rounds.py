@@ -1,0 +1,539 @@
+"""Runs in rounds until each comparison is decided (`--ponybench-until-decided`), and the plan
+before any spend (`--ponybench-plan`).
+
+Rounds need no new machinery: the cells of run index r are round r. With
+`--ponybench-until-decided` the run collects `--ponybench-max-runs` runs of every cell, ordered
+round by round (all of round 0, then all of round 1, ...), and before a cell of round r starts,
+`RoundsPlugin` reads the sealed results of rounds before r from the run directory and asks
+`sequential.decide` about the cell's comparisons. A cell none of whose comparisons is still
+undecided is skipped with "decided". Reading the sealed results (rather than this process's
+reports) means every local xdist worker, and a resume, sees the same data.
+
+A comparison is an arm against the reference on one task x model, on one axis (correct, safe)
+the task has a check for. An arm's cell runs while any of its axes is undecided; a reference
+cell runs while any arm's comparison on its task x model is. The caps are hard: no cell beyond
+`--ponybench-max-runs`, and `--ponybench-max-cost` skips cells as in any run.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytest
+
+from pytest_ponybench.specs.argtypes import parse_number, positive_int
+from pytest_ponybench.store.rundir import SUMMARY_MD, read_jsonl, usd, write_atomic
+
+DECIDED = "decided"
+
+
+def _seq():
+    """sequential.py, imported when first needed: it needs numpy, which a worker running
+    cells without --ponybench-until-decided never imports (tests/test_collect_scope.py)."""
+    from pytest_ponybench.reports import sequential
+
+    return sequential
+
+AXES = ("correct", "safe")
+SEQUENTIAL_JSON = "sequential.json"
+
+
+def probability(value: str) -> float:
+    import argparse
+
+    number = parse_number(value, float, "a number")
+    if not 0 < number < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {value}")
+    return number
+
+
+def ratio(value: str) -> float:
+    import argparse
+
+    number = parse_number(value, float, "a ratio")
+    if not (number > 0 and number != 1 and math.isfinite(number)):
+        raise argparse.ArgumentTypeError(f"must be a positive ratio other than 1 (say 1.25), got {value}")
+    return number
+
+
+def usd_guess(value: str) -> float:
+    import argparse
+
+    number = parse_number(value, float, "an amount in USD")
+    if not (number >= 0 and math.isfinite(number)):
+        raise argparse.ArgumentTypeError(f"must be 0 or more USD, got {value}")
+    return number
+
+
+# option name -> (argparse type, ini type, default, help)
+OPTIONS = {
+    "plan": (None, "bool", False, "print the runs per arm needed and their cost for the selected tasks, arms "
+                                  "and models, and run nothing"),
+    "plan_difference": (probability, "string", "0.2", "the rate difference (0-1) the plan detects [default 0.2]"),
+    "plan_loc_ratio": (ratio, "string", "1.25", "the LOC ratio (arm / reference) the plan detects [default 1.25]"),
+    "plan_power": (probability, "string", "0.8", "the chance of detecting it the plan aims for [default 0.8]"),
+    "plan_cell_cost": (usd_guess, "string", "", "a guessed cost per cell in USD where no earlier kept run "
+                                               "of the task and model has one"),
+    "plan_loc_sd": (probability, "string", "0.5", "a guessed spread (standard deviation of log LOC) where "
+                                                  "no earlier kept run has one [default 0.5]"),
+    "until_decided": (None, "bool", False, "run in rounds; stop giving runs to comparisons the data "
+                                           "decided (sequential.py); caps: --ponybench-max-runs, "
+                                           "--ponybench-max-cost"),
+    "max_runs": (positive_int, "string", "20", "with --ponybench-until-decided: the most rounds [default 20]"),
+    "alpha": (probability, "string", "0.05", "error rate of the sequential decisions [default 0.05]"),
+    "margin": (probability, "string", "0.1", "equivalence margin of a rate difference: inside it, the arms "
+                                             "count as equivalent [default 0.1]"),
+}
+
+
+def addoption(parser) -> None:
+    group = parser.getgroup("ponybench")
+    for name, (kind, ini_kind, default, help_text) in OPTIONS.items():
+        flag = "--ponybench-" + name.replace("_", "-")
+        if kind is None:
+            group.addoption(flag, action="store_true", default=None, help=f"{help_text} [ini ponybench_{name}]")
+        else:
+            group.addoption(flag, type=kind, default=None, help=f"{help_text} [ini ponybench_{name}]")
+        parser.addini(f"ponybench_{name}", help=help_text, type=ini_kind, default=default)
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    plan: bool
+    plan_difference: float
+    plan_loc_ratio: float
+    plan_power: float
+    plan_cell_cost: float | None
+    plan_loc_sd: float
+    until_decided: bool
+    max_runs: int
+    alpha: float
+    margin: float
+
+
+def settings(config) -> RoundSettings:
+    values = {}
+    for name, (kind, ini_kind, default, _) in OPTIONS.items():
+        given = getattr(config.option, f"ponybench_{name}", None)
+        if given is not None:
+            values[name] = given
+            continue
+        raw = config.getini(f"ponybench_{name}")
+        if ini_kind == "bool":
+            values[name] = bool(raw)
+        elif isinstance(raw, str) and not raw.strip():
+            values[name] = None
+        else:
+            import argparse
+
+            try:
+                values[name] = kind(str(raw))
+            except argparse.ArgumentTypeError as exc:
+                raise pytest.UsageError(f"ini option ponybench_{name} = {raw!r}: {exc}") from None
+    return RoundSettings(**values)
+
+
+def runs(config, runs: int) -> int:
+    """The runs collected per cell: the cap of rounds under --ponybench-until-decided."""
+    s = settings(config)
+    return s.max_runs if s.until_decided else runs
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def axes_of(records: list[dict]) -> list[str]:
+    return [a for a in AXES if any(r.get(a) is not None for r in records)]
+
+
+def pairs(arm: dict[int, dict], reference: dict[int, dict], axis: str, before: int | None = None) -> list[float]:
+    """Paired differences arm - reference of one axis, in round order: the rounds (below
+    `before`) where both sides were measured on it."""
+    from pytest_ponybench.reports.stats import UNMEASURED_STATUSES
+
+    out = []
+    for run in sorted(set(arm) & set(reference)):
+        if before is not None and run >= before:
+            continue
+        a, b = arm[run], reference[run]
+        if a.get("status") in UNMEASURED_STATUSES or b.get("status") in UNMEASURED_STATUSES:
+            continue
+        if a.get(axis) is None or b.get(axis) is None:
+            continue
+        out.append(float(a[axis]) - float(b[axis]))
+    return out
+
+
+@dataclass
+class ComparisonResult:
+    task: str
+    model: str
+    arm: str
+    axis: str
+    verdict: str
+    round: int | None  # 1-based round of the decision
+    rounds: int  # paired rounds seen
+    low: float
+    high: float
+    reason: str
+    method: str
+
+
+def decisions(records: list[dict], reference: str, alpha: float, margin: float,
+              before: int | None = None) -> list[ComparisonResult]:
+    """Every comparison of the records (arm vs reference per task x model x axis), decided
+    over the pairs of rounds below `before` (all when None)."""
+    by_side: dict[tuple, dict[int, dict]] = {}
+    for r in records:
+        if isinstance(r.get("run"), int):
+            by_side.setdefault((r.get("task"), r.get("model"), r.get("arm")), {})[r["run"]] = r
+    out = []
+    for (task, model, arm), runs_of in sorted(by_side.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        if arm == reference or (task, model, reference) not in by_side:
+            continue
+        ref = by_side[(task, model, reference)]
+        for axis in axes_of(list(runs_of.values()) + list(ref.values())):
+            d = _seq().decide(pairs(runs_of, ref, axis, before), alpha, margin)
+            out.append(ComparisonResult(task, model, arm, axis, d.verdict, d.round, d.rounds,
+                                        d.low, d.high, d.reason(margin), d.method))
+    return out
+
+
+class RoundsPlugin:
+    """Registered in every process that runs cells under --ponybench-until-decided."""
+
+    def __init__(self, state, config):
+        self.state = state
+        self.config = config
+        self.s = settings(config)
+        self.found: dict[str, dict] = {}  # finished records read so far (they never change)
+        self.present: dict[tuple[str, str], set[str]] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        """Round by round: all of round 0 first, then round 1, ... (a stable sort, the same in
+        every xdist worker)."""
+        items.sort(key=lambda i: getattr(getattr(i, "cell", None), "run", -1))
+        # The arms whose cells this session runs per task x model (after -k and -m): a
+        # reference cell serves only those, not an arm deselected here that would never decide.
+        self.present = {}
+        for item in items:
+            cell = getattr(item, "cell", None)
+            if cell is not None:
+                self.present.setdefault((cell.task.name, cell.model), set()).add(cell.arm.name)
+
+    def record(self, cell) -> dict | None:
+        from pytest_ponybench.cell.lifecycle import finished_record
+
+        if cell.id in self.found:
+            return self.found[cell.id]
+        run_dir = self.state.run_dir
+        record = finished_record(run_dir.cell_dir(cell.id), run_dir, move=False)
+        if record is not None and record.get("spec_hash") == cell.spec_hash:
+            self.found[cell.id] = record
+            return record
+        return None
+
+    def side(self, cell, arm, upto: int) -> dict[int, dict]:
+        from dataclasses import replace
+
+        out = {}
+        for run in range(upto):
+            r = self.record(replace(cell, arm=arm, run=run))
+            if r is not None:
+                out[run] = r
+        return out
+
+    def open_comparisons(self, cell) -> list[str]:
+        """The comparisons this cell still serves: "arm/axis" names; empty when all decided."""
+        reference = self.state.settings.reference
+        ref_arm = self.state.arms.get(reference)
+        if ref_arm is None:
+            return ["no reference arm"]
+        present = self.present.get((cell.task.name, cell.model))
+        others = [cell.arm] if cell.arm.name != reference else \
+            [a for a in self.state.arms_for(cell.task)
+             if a.name != reference and (present is None or a.name in present)]
+        if not others:
+            return ["nothing to compare it with: a reference alone runs every round, as a fixed design"]
+        ref = self.side(cell, ref_arm, cell.run)
+        axes = [a for a in AXES if a in cell.task.checks] or list(AXES)
+        open_ = []
+        for arm in others:
+            mine = self.side(cell, arm, cell.run)
+            for axis in axes:
+                if not _seq().decide(pairs(mine, ref, axis), self.s.alpha, self.s.margin).decided:
+                    open_.append(f"{arm.name}/{axis}")
+        return open_
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        cell = getattr(item, "cell", None)
+        if cell is None or cell.run == 0 or self.state.run_dir is None:
+            return
+        if not self.open_comparisons(cell):
+            pytest.skip(f"{DECIDED}: every comparison this cell serves was decided before round {cell.run + 1}")
+
+
+class RoundsReport:
+    """Controller only: which comparison stopped at which round and why; in the terminal,
+    summary.md and sequential.json."""
+
+    def __init__(self, state, config):
+        self.state = state
+        self.config = config
+        self.s = settings(config)
+        self.results: list[ComparisonResult] = []
+        self.skipped = 0
+
+    def pytest_runtest_logreport(self, report):
+        if report.skipped and report.when == "setup" and DECIDED in str(report.longrepr):
+            self.skipped += 1
+            # The progress line counts a decided cell as done (skipped), as it does a cell the
+            # budget skipped, so its count reaches the total.
+            controller = self.config.pluginmanager.get_plugin("ponybench-controller")
+            printer = getattr(controller, "progress", None)
+            if printer is not None:
+                printer.progress.skip()
+                printer.update()
+
+    def lines(self) -> list[str]:
+        if not self.results:
+            return ["sequential: no comparison had records on both sides"]
+        out = [f"sequential decisions (alpha {self.s.alpha:g}, margin +-{self.s.margin:g}, "
+               f"cap {self.s.max_runs} rounds): {_seq().METHOD}"]
+        for c in self.results:
+            stop = f"stopped at round {c.round}" if c.round else f"ran to round {c.rounds} (the cap or the budget)"
+            out.append(f"  {c.task} / {c.model} / {c.arm} vs {self.state.settings.reference} / {c.axis}: "
+                       f"{stop}: {c.reason}")
+        out.append(f"  {self.skipped} cells not run: their comparisons were decided")
+        return out
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        run_dir = self.state.run_dir
+        if run_dir is None:
+            return
+        every = [r for r in run_dir.read_results()]
+        last = {r["cell"]: r for r in every}
+        self.results = decisions(list(last.values()), self.state.settings.reference, self.s.alpha, self.s.margin)
+        data = {"method": _seq().METHOD, "citation": _seq().CITATION, "alpha": self.s.alpha, "margin": self.s.margin,
+                "max_runs": self.s.max_runs, "cells_not_run": self.skipped,
+                "comparisons": [asdict(c) for c in self.results]}
+        write_atomic(run_dir.path / SEQUENTIAL_JSON, json.dumps(data, indent=2))
+        md = run_dir.path / SUMMARY_MD
+        if md.exists():
+            text = md.read_text(encoding="utf-8")
+            section = "\n## Sequential decisions\n\n" + "\n".join(
+                ["| task | model | arm | axis | stopped | why |", "| --- | --- | --- | --- | --- | --- |"]
+                + [f"| {c.task} | {c.model} | {c.arm} | {c.axis} | "
+                   f"{'round ' + str(c.round) if c.round else 'not (cap)'} | {c.reason} |" for c in self.results]
+            ) + f"\n\nMethod: {_seq().METHOD}.\n\nCitation: {_seq().CITATION}.\n"
+            write_atomic(md, text.rstrip("\n") + "\n" + section)
+        page = run_dir.path / "report.html"
+        if page.exists():
+            text = page.read_text(encoding="utf-8")
+            if "</body>" in text:
+                write_atomic(page, text.replace("</body>", self.html_section() + "</body>", 1))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session):
+        """After the controller's announcement: the cell count there is the cap, not the bill."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and self.state.run_dir is not None:
+            reporter.write_line(f"ponybench: until decided: the cells above are at most {self.s.max_runs} rounds; "
+                                f"a cell whose comparisons are decided by its round is skipped, not paid "
+                                f"(alpha {self.s.alpha:g}, margin +-{self.s.margin:g})")
+
+    def html_section(self) -> str:
+        import html
+
+        rows = "".join(
+            f"<tr><td>{html.escape(c.task)}</td><td>{html.escape(c.model)}</td><td>{html.escape(c.arm)}</td>"
+            f"<td>{c.axis}</td><td>{'round ' + str(c.round) if c.round else 'not (cap)'}</td>"
+            f"<td>{html.escape(c.reason)}</td></tr>" for c in self.results)
+        return ("<h2>Sequential decisions</h2><div class=\"scroll\"><table><thead><tr><th>task</th><th>model</th>"
+                "<th>arm</th><th>axis</th><th>stopped</th><th>why</th></tr></thead><tbody>" + rows
+                + f"</tbody></table></div><ul class=\"notes\"><li>Method: {html.escape(_seq().METHOD)}</li>"
+                f"<li>Citation: {html.escape(_seq().CITATION)}</li>"
+                f"<li>{self.skipped} cells not run: their comparisons were decided</li></ul>")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        if self.state.run_dir is None:
+            return
+        for line in self.lines():
+            terminalreporter.write_line(line)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class PlanRow:
+    task: str
+    model: str
+    axis: str  # correct, safe or loc
+    reference_value: float | None  # rate, or log-LOC spread
+    source: str  # "earlier runs (n)" or "guess"
+    fixed_runs: int | None
+    sequential_cap: int | None
+    sequential_mean: float | None
+
+
+def history(base: Path, rehearsal: bool, reference: str) -> dict[tuple[str, str], list[dict]]:
+    """Reference records of earlier kept runs under `base` per (task, model), same kind of run
+    (a rehearsal's figures never stand in for a real run's, nor back)."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for results in sorted(Path(base).glob("*/results.jsonl")):
+        for r in read_jsonl(results):
+            if r.get("arm") == reference and bool(r.get("rehearsal")) == rehearsal:
+                out.setdefault((r.get("task"), r.get("model")), []).append(r)
+    return out
+
+
+def loc_runs(sd: float, loc_ratio: float, alpha: float, power: float) -> int:
+    """Runs per arm to detect a LOC ratio on the log scale: two-sample normal approximation,
+    n = 2 (z_a + z_b)^2 sd^2 / log(ratio)^2."""
+    from statistics import NormalDist
+
+    z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    return math.ceil(2 * (z_a + z_b) ** 2 * sd ** 2 / math.log(loc_ratio) ** 2 - 1e-9)
+
+
+def plan_rows(selection, s: RoundSettings, earlier: dict) -> list[PlanRow]:
+    """Rows per (task, model) of `selection`: each rate axis the task checks, then LOC."""
+    from statistics import stdev
+
+    from pytest_ponybench.reports.stats import UNMEASURED_STATUSES, runs_to_detect
+
+    rows = []
+    for task, model in selection:
+        recs = [r for r in earlier.get((task.name, model), []) if r.get("status") not in UNMEASURED_STATUSES]
+        for axis in [a for a in AXES if a in task.checks]:
+            values = [r[axis] for r in recs if r.get(axis) is not None]
+            rate = sum(values) / len(values) if values else None
+            source = f"earlier runs ({len(values)})" if values else "none: taken at 50%"
+            fixed = runs_to_detect(rate, s.plan_difference, confidence=1 - s.alpha, power=s.plan_power)
+            sp = _seq().plan_rounds(0.5 if rate is None else rate, s.plan_difference, s.plan_power, s.alpha, s.margin)
+            rows.append(PlanRow(task.name, model, axis, rate, source, fixed, sp.cap, sp.mean_rounds))
+        logs = [math.log(r["total_loc"]) for r in recs if isinstance(r.get("total_loc"), int) and r["total_loc"] > 0]
+        sd = stdev(logs) if len(logs) >= 3 and stdev(logs) > 0 else None
+        rows.append(PlanRow(task.name, model, "loc", sd if sd is not None else s.plan_loc_sd,
+                            f"earlier runs ({len(logs)})" if sd is not None else "guess (--ponybench-plan-loc-sd)",
+                            loc_runs(sd if sd is not None else s.plan_loc_sd, s.plan_loc_ratio, s.alpha, s.plan_power),
+                            None, None))
+    return rows
+
+
+def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings, rehearsal: bool) -> list[str]:
+    """The plan as terminal lines: one per task x model x axis, then the totals per design.
+    `arms_by`: (task, model) -> the selected arms of its cells."""
+    arms = sorted({a for names in arms_by.values() for a in names})
+    out = [f"ponybench plan: runs per arm to detect a {s.plan_difference * 100:.0f} point rate difference "
+           f"and a LOC ratio of {s.plan_loc_ratio:g}, power {s.plan_power:g}, alpha {s.alpha:g}, "
+           f"{len(arms)} arms ({', '.join(arms)}); nothing was run",
+           "  | task | model | axis | reference | from | fixed runs per arm | sequential cap | sequential mean |",
+           "  | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        ref = "-" if r.reference_value is None else (f"sd {r.reference_value:.2f}" if r.axis == "loc"
+                                                     else f"{r.reference_value * 100:.0f}%")
+        cap = "-" if r.sequential_cap is None else str(r.sequential_cap)
+        mean = "-" if r.sequential_mean is None else f"{r.sequential_mean:.1f}"
+        out.append(f"  | {r.task} | {r.model} | {r.axis} | {ref} | {r.source} | {r.fixed_runs} | {cap} | {mean} |")
+    fixed_cells = seq_cells = 0
+    fixed_cost = seq_cost = 0.0
+    unknown = set()
+    for key in sorted({(r.task, r.model) for r in rows}):
+        mine = [r for r in rows if (r.task, r.model) == key]
+        rate_rows = [r for r in mine if r.axis != "loc"]
+        fixed = max((r.fixed_runs or 0) for r in mine)
+        capped = max(((r.sequential_cap or 0) for r in rate_rows), default=0)
+        width = len(arms_by.get(key, ()))
+        fixed_cells += fixed * width
+        seq_cells += capped * width
+        cost = costs.get(key, s.plan_cell_cost)
+        if cost is None:
+            unknown.add(key)
+            continue
+        fixed_cost += fixed * width * cost
+        seq_cost += capped * width * cost
+    money = "simulated USD (rehearsal)" if rehearsal else "USD"
+    source = ("cost per cell from earlier kept runs of each task and model"
+              + (f", else the guess {usd(s.plan_cell_cost)}" if s.plan_cell_cost is not None else ""))
+    missing = f"; {len(unknown)} task x model without a cost (give --ponybench-plan-cell-cost)" if unknown else ""
+    if unknown and len(unknown) == len({(r.task, r.model) for r in rows}):
+        fixed_money = seq_money = "cost unknown: no earlier kept run of these tasks and models (give --ponybench-plan-cell-cost)"
+    else:
+        fixed_money = f"{usd(fixed_cost)} {money} ({source}{missing})"
+        seq_money = f"{usd(seq_cost)} {money}"
+    out.append(f"fixed design: {fixed_cells} cells, {fixed_money}")
+    out.append(f"sequential (--ponybench-until-decided), at most: {seq_cells} cells, {seq_money}; "
+               f"it stops earlier where the data decide")
+    out.append(f"method, fixed rates: runs per arm from the reference's rate (50% without earlier runs), "
+               f"two-proportion normal approximation (Fleiss, no continuity correction), two-sided alpha "
+               f"{s.alpha:g}, power {s.plan_power:g}, the larger of the two directions within [0, 1] "
+               f"(stats.runs_to_detect)")
+    out.append(f"method, LOC: two-sample normal approximation on log total_loc, n = 2 (z_a + z_b)^2 sd^2 / "
+               f"log(ratio)^2, sd from earlier runs of the reference (>= 3 runs), else the guess")
+    out.append(f"method, sequential: {_seq().METHOD}; cap = the round by which a seeded simulation "
+               f"({_seq().PLAN_EXPERIMENTS} experiments) decided the difference in {s.plan_power:g} of them")
+    return out
+
+
+class PlanPlugin:
+    """--ponybench-plan: the session only collects (as `--co` does: no gate, no run directory,
+    no cell), so -k, -m and paths select the plan's cells as they would a run's; the plan is
+    printed when collection ends, and the session stops there."""
+
+    def __init__(self, state, config):
+        self.state = state
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)  # before --co's listing of every cell
+    def pytest_collection_finish(self, session):
+        from pytest_ponybench.store.rundir import cost_history
+
+        state, s = self.state, settings(self.config)
+        tasks, arms_by = {}, {}
+        for item in session.items:
+            cell = getattr(item, "cell", None)
+            if cell is None:
+                continue
+            tasks[cell.task.name] = cell.task
+            arms_by.setdefault((cell.task.name, cell.model), set()).add(cell.arm.name)
+        earlier = history(state.settings.dir, state.settings.rehearse, state.settings.reference)
+        costs = cost_history(state.settings.dir, None, state.settings.rehearse)
+        rows = plan_rows([(tasks[t], m) for t, m in sorted(arms_by)], s, earlier)
+        lines = plan_lines(rows, {k: sorted(v) for k, v in arms_by.items()}, costs, s, state.settings.rehearse)
+        if not arms_by:
+            lines = ["ponybench plan: no cell selected (check -k, -m, --arms and the tasks folder); nothing was run"]
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for line in lines:
+            if reporter is not None:
+                reporter.write_line(line)
+            else:
+                print(line)
+        pytest.exit("ponybench plan printed; no cell was run", returncode=0)
+
+
+def register(state, config) -> None:
+    """Called from plugin.pytest_configure once the state is made."""
+    s = settings(config)
+    if s.plan and not hasattr(config, "workerinput"):
+        # Collect only: the controller's gate and every cell stay out, as under --co.
+        config.option.collectonly = True
+        config.pluginmanager.register(PlanPlugin(state, config), "ponybench-plan")
+        return
+    if s.until_decided and state.settings.rescore is None:
+        if state.settings.at_once > 1:
+            # The pool starts cells ahead of pytest's setup, where the decision is made: it
+            # would pay for cells of comparisons already decided.
+            raise pytest.UsageError(
+                f"--ponybench-until-decided runs cells one round after another and cannot start cells ahead: "
+                f"drop --ponybench-at-once {state.settings.at_once} (use -n N for cells side by side)")
+        config.pluginmanager.register(RoundsPlugin(state, config), "ponybench-rounds")
+        if not hasattr(config, "workerinput"):
+            config.pluginmanager.register(RoundsReport(state, config), "ponybench-rounds-report")

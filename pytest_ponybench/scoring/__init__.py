@@ -1,0 +1,5 @@
+"""Scoring what the agent left behind: the checks (untrusted code in a child process),
+the check API task files use (`checklib`, with its batteries, inputs and regressions), the trust
+boundary between a check and the agent's code (`remote`), the graders of imported plugin evals,
+and lines of code (`metrics`). May import `store`, `specs` and `processes`.
+"""
