@@ -6,7 +6,7 @@ import math
 from types import SimpleNamespace
 
 from pytest_ponybench.run import rounds
-from pytest_ponybench.reports.stats import runs_to_detect
+from pytest_ponybench.reports.intervals import runs_to_detect
 
 
 def rec(arm: str, run: int, correct, safe=1, status: str = "finished", task: str = "t") -> dict:

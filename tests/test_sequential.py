@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pytest_ponybench.reports import sequential as seq
-from pytest_ponybench.reports.stats import runs_to_detect, z_value
+from pytest_ponybench.reports.intervals import runs_to_detect, z_value
 
 EXPERIMENTS = 2000
 ROUNDS = 60  # looks per experiment: a run of 60 rounds checked after every round

@@ -12,7 +12,7 @@ from statistics import median
 import numpy as np
 import pytest
 
-from pytest_ponybench.reports import stats
+from pytest_ponybench.reports import intervals, stats
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
 
@@ -58,7 +58,7 @@ def test_wilson_three_of_four_by_hand():
     z2 = Z95 ** 2
     centre = (3 + z2 / 2) / (4 + z2)
     half = Z95 / (4 + z2) * math.sqrt(3 * 1 / 4 + z2 / 4)
-    low, high = stats.wilson_interval(3, 4)
+    low, high = intervals.wilson_interval(3, 4)
     assert low == pytest.approx(centre - half, abs=1e-12)
     assert high == pytest.approx(centre + half, abs=1e-12)
     assert (round(low, 4), round(high, 4)) == (0.3006, 0.9544)
@@ -66,7 +66,7 @@ def test_wilson_three_of_four_by_hand():
 
 def test_wilson_zero_successes_starts_at_zero():
     # x=0: centre = half, so low = 0 and high = z^2 / (n + z^2) = 3.8415 / 7.8415 = 0.4899
-    low, high = stats.wilson_interval(0, 4)
+    low, high = intervals.wilson_interval(0, 4)
     assert low == pytest.approx(0.0, abs=1e-12)
     assert high == pytest.approx(Z95 ** 2 / (4 + Z95 ** 2), abs=1e-12)
 

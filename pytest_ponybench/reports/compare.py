@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from pytest_ponybench.reports import stats, tables
+from pytest_ponybench.reports import intervals, stats, tables
 from pytest_ponybench.reports.stats import Estimate, PairStats, PooledStats
 from pytest_ponybench.specs.argtypes import parse_number
 from pytest_ponybench.store.rundir import RESULTS
@@ -148,7 +148,7 @@ class Comparison:
 
 def compare_runs(old, new, *, min_runs: int = stats.MIN_RUNS, min_tasks: int = 1,
                  n_boot: int = stats.N_BOOT, seed: int = stats.SEED,
-                 confidence: float = stats.CONFIDENCE,
+                 confidence: float = intervals.CONFIDENCE,
                  allow_rehearsal_mix: bool = False) -> Comparison:
     """Compare two runs: each a run directory (read with ``load_records``) or a list of records.
 
@@ -179,7 +179,7 @@ def compare_runs(old, new, *, min_runs: int = stats.MIN_RUNS, min_tasks: int = 1
         old=old_name, new=new_name, methods=methods,
         settings={"confidence": confidence, "min_runs": min_runs, "min_tasks": min_tasks,
                   "n_boot": n_boot, "seed": seed,
-                  "detectable_difference": stats.DETECTABLE_DIFFERENCE, "power": stats.POWER},
+                  "detectable_difference": intervals.DETECTABLE_DIFFERENCE, "power": intervals.POWER},
         rehearsal_old=rehearsal_old, rehearsal_new=rehearsal_new)
     old_cells = stats.group_by(old_records, "task", "arm", "model")
     new_cells = stats.group_by(new_records, "task", "arm", "model")

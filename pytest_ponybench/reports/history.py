@@ -26,7 +26,7 @@ from pathlib import Path
 from statistics import median
 from typing import Sequence
 
-from pytest_ponybench.reports import stats
+from pytest_ponybench.reports import intervals, stats
 from pytest_ponybench.reports.compare import RunError, is_rehearsal, load_records
 from pytest_ponybench.reports.tables import Table
 from pytest_ponybench.specs.argtypes import parse_number
@@ -124,7 +124,7 @@ def figure_of(records: Sequence[dict], figure: str, key: tuple[str, ...]) -> tup
         values = [int(r[figure]) for r in measured if r.get(figure) is not None]
         if not values:
             return 0, None, None, None, []
-        low, high = stats.wilson_interval(sum(values), len(values), CONFIDENCE)
+        low, high = intervals.wilson_interval(sum(values), len(values), CONFIDENCE)
         return len(values), sum(values) / len(values), low, high, values
     if figure == "loc":
         values = stats.loc_values(measured)
@@ -150,7 +150,7 @@ def drift(figure: str, values: list, earlier: list, key: tuple[str, ...]) -> str
                 f"({stats.NEWCOMBE}, {CONFIDENCE:.0%})")
     if figure == "loc":
         est = stats.loc_ratio(values, earlier, n=len(values), n_ref=len(earlier), confidence=CONFIDENCE,
-                              rng=stats.rng_for(stats.SEED, *key), labels=("this run", "earlier runs"))
+                              rng=intervals.rng_for(stats.SEED, *key), labels=("this run", "earlier runs"))
         if est.value is None or est.low is None or not (est.low > 1 or est.high < 1):
             return ""
         return (f"median LOC x{est.value:.2f} [{est.low:.2f}, {est.high:.2f}] against earlier runs "

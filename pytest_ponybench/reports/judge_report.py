@@ -55,7 +55,7 @@ def _disagreed(records: Sequence[dict]) -> tuple[int, int]:
 
 
 def bootstrap_mean(values: Sequence[float], key: tuple[str, ...]) -> tuple[float, float]:
-    from pytest_ponybench.reports.stats import percentile_interval, rng_for
+    from pytest_ponybench.reports.intervals import percentile_interval, rng_for
     import numpy as np
 
     data = np.asarray(values, dtype=float)
@@ -64,7 +64,7 @@ def bootstrap_mean(values: Sequence[float], key: tuple[str, ...]) -> tuple[float
 
 
 def bootstrap_difference(values: Sequence[float], reference: Sequence[float], key: tuple[str, ...]) -> tuple[float, float]:
-    from pytest_ponybench.reports.stats import percentile_interval, rng_for
+    from pytest_ponybench.reports.intervals import percentile_interval, rng_for
     import numpy as np
 
     a, b = np.asarray(values, dtype=float), np.asarray(reference, dtype=float)
@@ -149,7 +149,7 @@ def pooled(groups: dict[tuple, list[dict]], reference: str) -> list[dict]:
 
 def _pooled_diff(tasks, groups, model, reference, axis, arm):
     import numpy as np
-    from pytest_ponybench.reports.stats import percentile_interval, rng_for
+    from pytest_ponybench.reports.intervals import percentile_interval, rng_for
 
     pairs = [(_scores(cells, axis), _scores(groups.get((task, model, reference), []), axis))
              for task, cells in sorted(tasks.items())]

@@ -7,7 +7,7 @@ import io
 from statistics import median
 from typing import Sequence
 
-from pytest_ponybench.reports import stats
+from pytest_ponybench.reports import intervals, stats
 from pytest_ponybench.reports.tables import arm_order
 from pytest_ponybench.store import record as records_
 
@@ -82,7 +82,7 @@ def plot_rates(figure_class, model_records, arms, colours, model, confidence):
                                       and stats.name_of(r, "arm") == arm), metric)
                 if not n_:
                     continue
-                low, high = stats.wilson_interval(x_, n_, confidence)
+                low, high = intervals.wilson_interval(x_, n_, confidence)
                 xs.append(i - 0.4 + width * (j + 0.5))
                 ys.append(x_ / n_)
                 lows.append(x_ / n_ - low)

@@ -191,7 +191,7 @@ def naive_rounds(diffs: np.ndarray, arm: np.ndarray | None = None, alpha: float 
     interval excluded 0 (0: never). ``arm`` holds the arm's own outcomes (the reference's are
     arm - diff); without it the arm is taken as passing where D = 1 and as the reference's
     complement elsewhere, which keeps the counts of the two sides consistent with D."""
-    from pytest_ponybench.reports.stats import newcombe_interval
+    from pytest_ponybench.reports.intervals import newcombe_interval
 
     d = np.asarray(diffs, dtype=float)
     if arm is None:

@@ -407,7 +407,8 @@ def plan_rows(selection, s: RoundSettings, earlier: dict) -> list[PlanRow]:
     """Rows per (task, model) of `selection`: each rate axis the task checks, then LOC."""
     from statistics import stdev
 
-    from pytest_ponybench.reports.stats import UNMEASURED_STATUSES, runs_to_detect
+    from pytest_ponybench.reports.intervals import runs_to_detect
+    from pytest_ponybench.reports.stats import UNMEASURED_STATUSES
 
     rows = []
     for task, model in selection:
@@ -475,7 +476,7 @@ def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings
     out.append(f"method, fixed rates: runs per arm from the reference's rate (50% without earlier runs), "
                f"two-proportion normal approximation (Fleiss, no continuity correction), two-sided alpha "
                f"{s.alpha:g}, power {s.plan_power:g}, the larger of the two directions within [0, 1] "
-               f"(stats.runs_to_detect)")
+               f"(intervals.runs_to_detect)")
     out.append(f"method, LOC: two-sample normal approximation on log total_loc, n = 2 (z_a + z_b)^2 sd^2 / "
                f"log(ratio)^2, sd from earlier runs of the reference (>= 3 runs), else the guess")
     out.append(f"method, sequential: {_seq().METHOD}; cap = the round by which a seeded simulation "
