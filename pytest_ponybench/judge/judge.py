@@ -25,6 +25,10 @@ A judgement is identified by its fingerprint: the judge model id, the rubric has
 version and the path (the real CLI, or a rehearsal's scripted judge). It is kept sealed in
 the cell's records (`judge-<fingerprint>`), beside the workspace where the agent cannot
 write; a rescore reuses it when the fingerprint matches and never mixes two judges.
+
+One module on purpose (about 600 lines): the rubrics, what the judge is shown, the strict
+parsing of its answer, the votes and the fingerprint change together (a rubric's change is a
+new hash, prompt and parser), and the judge pairs are made from the same rubric.
 """
 from __future__ import annotations
 

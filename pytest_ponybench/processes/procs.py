@@ -23,6 +23,10 @@ the whole group as a net.
 Imports: neither `forkserver` nor `supervisor` (the server is named only as a module in its
 argv); they import this module, for the constants both sides share (GRACE, KILLED,
 MESSAGE_LIMIT, WARM_MODULES) and the tree sweep (`descendants`, `sweep`, `kill_group`).
+
+One module on purpose (about 500 lines): the client of the fork server, the `Child` it hands
+back and the kills are one protocol with the server and the supervisor; split further, each
+part would only read with the others.
 """
 from __future__ import annotations
 

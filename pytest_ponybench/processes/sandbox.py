@@ -24,6 +24,10 @@ set up by the call's supervisor:
 Where a part is missing (not Linux, not root, a kernel or container without it),
 `support()` says which, checks run as before, and the run says so once (terminal header,
 `run.json`'s `sandbox` field).
+
+One module on purpose (about 800 lines): one sandbox. Probing what the machine offers, building
+it (namespaces, cgroup v1 and v2, the capped disk) and saying what is missing must agree on the
+same facts; split, the probe and the builder could disagree about one machine.
 """
 from __future__ import annotations
 

@@ -19,6 +19,10 @@ not know gets a 4xx JSON error at once (with ``x-should-retry: false``): never a
 the CLI retries with backoff.
 
 Stdlib only.
+
+One module on purpose (about 540 lines): one HTTP server. The script a cell plays, the handler
+that answers the Messages API (streamed events, faults) and the records `prove_arm` reads
+describe the same requests; stdlib only, so the stand-in reads without the plugin.
 """
 from __future__ import annotations
 

@@ -58,6 +58,9 @@ Methods (and why)
       where runs disagreed (flip rate), and pass^k (tau-bench): per task with n measured runs
       of which c passed, C(c, k) / C(n, k) is the unbiased estimate of the chance that k runs
       all pass; averaged over tasks, for k = the smallest run count among them, and pass^1.
+
+One module on purpose (about 650 lines, the building blocks apart in intervals.py): which
+method answers which question, per task and pooled, and the result types every report reads.
 """
 from __future__ import annotations
 

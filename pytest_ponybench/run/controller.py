@@ -5,6 +5,10 @@ xdist controller with it; see xdist's own `dsession.py`). It validates every tas
 file and proves the instruments before any worker starts, owns the run directory, replays
 every worker's report through `pytest_runtest_logreport` (so results are written once, in one
 process), and writes summary.json and the reports at the end.
+
+One module on purpose (about 660 lines): the controller's plugin. The gate and the gathering
+share the run directory, the session's records and the terminal's summary; split, each would
+reach into the other's state.
 """
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ A worker is *remote* when the controller's run directory is not its own: a gatew
 
 Local workers (popen without chdir, not forced) share the run directory as before: nothing is
 copied, nothing is relayed.
+
+One module on purpose (about 600 lines): the two ends of one shipment, what the controller
+sends a remote worker and what its reports carry home, must change together.
 """
 from __future__ import annotations
 

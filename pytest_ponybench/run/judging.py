@@ -14,6 +14,10 @@ through `pytest_ponybench_cell_record`:
 
 In rehearsal the judge is a `rehearsal.JudgeScript` on a scripted model of this plugin's own
 (`--ponybench-rehearse-judge`), reached through the real pinned CLI; it counts its requests.
+
+One module on purpose (about 520 lines): judging in a run is one feature threaded through the
+options, the gate, each cell and the terminal; its parts share the judge's settings and the
+judged records it keeps sealed.
 """
 from __future__ import annotations
 

@@ -19,6 +19,11 @@ Keys this import does not use (run limits such as `max_turns`, `allowed_tools`, 
 listed in the task's description. A `ponybench:` block is this project's own: `rehearsal:
 {files: {path: content}, answer: text}` is what the scripted model writes and says in a
 rehearsal (default: the small file any task without references gets, and a one-line answer).
+
+One module on purpose (about 500 lines): it follows one external format. Reading a suite,
+making its cases tasks, and the plugin that reports the graders a run did not judge all read
+the same fields of `claude plugin eval`; a change to that format is a change here and nowhere
+else.
 """
 from __future__ import annotations
 

@@ -13,6 +13,10 @@ A comparison is an arm against the reference on one task x model, on one axis (c
 the task has a check for. An arm's cell runs while any of its axes is undecided; a reference
 cell runs while any arm's comparison on its task x model is. The caps are hard: no cell beyond
 `--ponybench-max-runs`, and `--ponybench-max-cost` skips cells as in any run.
+
+One module on purpose (about 540 lines): the plan and the rounds read the same counts per
+comparison and the same sequential decision (sequential.py); the plan is the rounds' first
+step, printed instead of run.
 """
 from __future__ import annotations
 

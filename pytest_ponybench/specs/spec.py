@@ -2,6 +2,10 @@
 
 Every problem is a `SpecError` whose message names the file, the field and what to do, so a
 collection error reads like a sentence and the other task files still collect.
+
+One module on purpose (about 600 lines): one schema for tasks and arms. Every field check
+writes the same error form (file, field, problem, what to do) and reads the same model table;
+split, two halves of a spec would validate apart.
 """
 from __future__ import annotations
 

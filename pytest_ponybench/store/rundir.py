@@ -23,6 +23,9 @@ through a temporary name unique to its writer and renames it into place.
 
 The plugin, the cells, the reports and ponybench-compare reach these files only through this
 module, so a file name lives in one place.
+
+One module on purpose (about 700 lines): it is the one owner of every file a run keeps, above;
+that is its idea.
 """
 from __future__ import annotations
 
