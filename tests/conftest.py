@@ -17,7 +17,7 @@ pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parents[1]
 
 # Every gate in these tests proves its instruments afresh: several tests replace a proof with
-# a stub, whose "success" must not be remembered for the user's real runs (instruments.py).
+# a stub, whose "success" must not be remembered for the user's real runs (instruments/gate.py).
 os.environ.setdefault("PONYBENCH_CACHE_DIR", "off")
 
 # Run keys (rundir.key_dir) of every run these tests make, in one folder for the whole session,

@@ -1,6 +1,6 @@
 """The arm of a real cell, proven from its hook events.
 
-A real run cannot read the requests the CLI sends (rehearsal does, in rehearsal.py), but
+A real run cannot read the requests the CLI sends (rehearsal does, in rehearsal/server.py), but
 with `--include-hook-events` the stream holds every hook's `hook_response`: what it printed
 (`stdout`, `output`), its `stderr`, `exit_code` and `outcome`. A plugin arm is proven in a
 cell when:
