@@ -290,7 +290,7 @@ def test_a_forked_check_imports_nothing_its_fork_server_has_not_imported(tmp_pat
     # process (about 3.5 ms for regressions.py alone, twice a cell).
     probe = textwrap.dedent("""
         import sys
-        from pytest_ponybench import forkserver, procs, supervisor  # what the server imports
+        from pytest_ponybench.processes import forkserver, procs, supervisor  # what the server imports
         for module in procs.WARM_MODULES:
             __import__(module)
         before = set(sys.modules)
