@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the agent's sandbox costs a cell: the start of a program that does nothing (/bin/true),
-bare and wrapped as a cell's CLI is (agent.confine), and the once-per-process trial that
+bare and wrapped as a cell's CLI is (confine.confine), and the once-per-process trial that
 decides whether the sandbox works. Wall and CPU (this process's children) per start, the
 median of N. Prints figures; asserts nothing.
 
@@ -38,10 +38,10 @@ def main() -> int:
     parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
     args = parser.parse_args()
     sys.path.insert(0, args.root)
-    from pytest_ponybench.cell import agent
+    from pytest_ponybench.cell import confine as confinement
 
     start = time.perf_counter()
-    box = agent.sandbox()
+    box = confinement.sandbox()
     trial_ms = (time.perf_counter() - start) * 1000
     if not box.works:
         print(f"no sandbox here: {box.problem}")
@@ -51,9 +51,9 @@ def main() -> int:
         ws = folder / "runs" / "run" / "cell"
         ws.mkdir(parents=True)
         bare = ["/bin/true"]
-        boxed = agent.confine(bare, ws, dict(os.environ), run_dir=ws.parent)
+        boxed = confinement.confine(bare, ws, dict(os.environ), run_dir=ws.parent)
         print(f"trial (once per process): {trial_ms:.0f} ms; sandbox as uid "
-              f"{agent.SANDBOX_UID if box.own_user else os.getuid()}; load average {os.getloadavg()[0]:.1f}")
+              f"{confinement.SANDBOX_UID if box.own_user else os.getuid()}; load average {os.getloadavg()[0]:.1f}")
         for name, argv in (("bare", bare), ("confined", boxed)):
             wall, cpu = timed(argv, ws, args.n)
             print(f"{name:9s} start of /bin/true: {wall:6.1f} ms wall (median of {args.n}), {cpu:5.1f} ms CPU")

@@ -27,7 +27,7 @@ _PUBLIC = {
     "assert_graders": ("pytest_ponybench.scoring.graders", "assert_graders"),
     "hookspec": ("pytest_ponybench.hookspec", None),
     "Cell": ("pytest_ponybench.cell.lifecycle", "Cell"),
-    "Transcript": ("pytest_ponybench.cell.agent", "Transcript"),
+    "Transcript": ("pytest_ponybench.cell.transcript", "Transcript"),
     "CellScript": ("pytest_ponybench.rehearsal.server", "CellScript"),
     "RECORD_FIELDS": ("pytest_ponybench.store.record", "FIELDS"),
     "STATUSES": ("pytest_ponybench.store.record", "STATUSES"),

@@ -28,7 +28,7 @@ def pytest_ponybench_agent_env(cell, workspace):
 def pytest_ponybench_prove_arm(cell, workspace, transcript):
     """Whether the arm of a cell that finished reached the model, after the init line showed
     the right plugin: "" when proven, else one sentence saying why not (the cell is then
-    `arm_unproven` and counts in no rate). ``transcript`` is the parsed ``agent.Transcript``.
+    `arm_unproven` and counts in no rate). ``transcript`` is the parsed ``transcript.Transcript``.
     A real run's default (``proof.HookProof``) reads the cell's hook events; rehearsal reads
     the scripted model's records.
     The first implementation that returns a string wins."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.cell import agent
+from pytest_ponybench.cell import agent, transcript as transcripts
 from pytest_ponybench.processes import procs
 from pytest_ponybench.store import record as records
 from support import proc_watch
@@ -51,7 +51,7 @@ def test_read_transcript_of_a_normal_stream(tmp_path):
     path = write_lines(tmp_path / "t.jsonl", INIT, assistant("m1", "Reading.", USAGE),
                        {"type": "user", "message": {"role": "user", "content": []}},
                        assistant("m2", "Finished the work."), RESULT)
-    t = agent.read_transcript(path)
+    t = transcripts.read_transcript(path)
     assert t.init == INIT
     assert t.result == RESULT
     assert t.last_text == "Finished the work."
@@ -62,23 +62,23 @@ def test_hook_lines_before_init_are_not_taken_for_the_init_line(tmp_path):
     hooks = [{"type": "system", "subtype": "hook_started", "hook_name": "SessionStart:startup"},
              {"type": "system", "subtype": "hook_response", "hook_name": "SessionStart:startup", "output": "{}"}]
     path = write_lines(tmp_path / "t.jsonl", *hooks, INIT, RESULT)
-    t = agent.read_transcript(path)
+    t = transcripts.read_transcript(path)
     assert t.init == INIT
     assert t.events == 4 and t.garbage == 0
 
 
 def test_garbage_lines_are_counted_and_the_first_one_kept(tmp_path):
     path = write_lines(tmp_path / "t.jsonl", "Segmentation fault", INIT, "[1, 2]", "{half a line", "", RESULT)
-    t = agent.read_transcript(path)
+    t = transcripts.read_transcript(path)
     assert t.garbage == 3  # non-JSON, JSON that is not an object, a torn object; blank lines are skipped
     assert t.first_garbage == "Segmentation fault"
     assert t.init == INIT and t.result == RESULT
 
 
 def test_a_line_over_one_mib_is_bounded_and_counted_as_garbage(tmp_path):
-    huge = json.dumps(assistant("m9", "x" * (agent.MAX_LINE + 10)))
+    huge = json.dumps(assistant("m9", "x" * (transcripts.MAX_LINE + 10)))
     path = write_lines(tmp_path / "t.jsonl", INIT, huge, RESULT)
-    t = agent.read_transcript(path)
+    t = transcripts.read_transcript(path)
     assert t.garbage == 1
     assert t.first_garbage == "<a line over 1 MiB>"
     assert t.last_text == ""  # the oversized message was never parsed
@@ -87,15 +87,15 @@ def test_a_line_over_one_mib_is_bounded_and_counted_as_garbage(tmp_path):
 
 def test_a_line_of_exactly_the_cap_is_read(tmp_path):
     empty = json.dumps(assistant("m1", ""))
-    line = json.dumps(assistant("m1", "y" * (agent.MAX_LINE - 1 - len(empty))))
-    assert len(line) + 1 == agent.MAX_LINE  # with its newline, exactly the cap
-    t = agent.read_transcript(write_lines(tmp_path / "t.jsonl", line, RESULT))
-    assert t.garbage == 0 and t.last_text == "y" * (agent.MAX_LINE - 1 - len(empty))
+    line = json.dumps(assistant("m1", "y" * (transcripts.MAX_LINE - 1 - len(empty))))
+    assert len(line) + 1 == transcripts.MAX_LINE  # with its newline, exactly the cap
+    t = transcripts.read_transcript(write_lines(tmp_path / "t.jsonl", line, RESULT))
+    assert t.garbage == 0 and t.last_text == "y" * (transcripts.MAX_LINE - 1 - len(empty))
     assert t.result == RESULT
 
 
 def test_a_missing_transcript_reads_as_empty(tmp_path):
-    t = agent.read_transcript(tmp_path / "never-written.jsonl")
+    t = transcripts.read_transcript(tmp_path / "never-written.jsonl")
     assert (t.init, t.result, t.events, t.garbage, t.usage_seen) == (None, None, 0, 0, {})
 
 
@@ -106,11 +106,11 @@ def test_a_killed_run_keeps_the_usage_seen_so_far(tmp_path):
     second = {"input_tokens": 20, "output_tokens": 3, "cache_read_input_tokens": 200, "cache_creation_input_tokens": 0}
     path = write_lines(tmp_path / "t.jsonl", INIT, assistant("a", "one", first), assistant("a", "one", first_final),
                        assistant("b", "two", second))
-    t = agent.read_transcript(path)
+    t = transcripts.read_transcript(path)
     assert t.result is None
     assert t.usage_seen == {"input_tokens": 30, "output_tokens": 10, "cache_read_input_tokens": 300,
                             "cache_creation_input_tokens": 5}
-    m = agent.usage_metrics(t)
+    m = transcripts.usage_metrics(t)
     assert (m["in_tokens"], m["out_tokens"], m["cache_tokens"]) == (30, 10, 305)
     assert m["total_tokens"] == 30 + 10 + 305
     assert m["cost_usd"] is None and m["duration_ms"] is None and m["turns"] is None
@@ -125,7 +125,7 @@ def test_a_flooded_transcript_is_cut_to_head_and_tail_and_still_scores(tmp_path)
     cut = path.read_bytes()
     assert len(cut) < 2 * 4096 + 200 < size
     assert f"cut from a {size}-byte output".encode() in cut
-    t = agent.read_transcript(path)
+    t = transcripts.read_transcript(path)
     assert t.init == INIT and t.result == RESULT  # the head keeps the init line, the tail the result
     assert t.garbage == 0  # whole lines only, and the marker line is not counted as garbage
     assert t.last_text == "the final words"
@@ -157,7 +157,7 @@ def test_the_paths_the_agent_s_write_tools_wrote(tmp_path):
                        tool_use("t4", "NotebookEdit", notebook_path="/w/n.ipynb", new_source="1"),
                        tool_result("t4"),
                        tool_use("t5", "Write", content="no path"), RESULT)
-    assert agent.read_transcript(path).written == ["/w/a.py", "/w/n.ipynb"]
+    assert transcripts.read_transcript(path).written == ["/w/a.py", "/w/n.ipynb"]
 
 
 # --- usage_metrics -------------------------------------------------------------------------
@@ -165,9 +165,9 @@ def test_the_paths_the_agent_s_write_tools_wrote(tmp_path):
 def test_usage_metrics_maps_the_result_fields(tmp_path):
     init = {**INIT, "tools": ["Read", "Write"],
             "plugins": INIT["plugins"] + [{"name": "small-diff", "path": "/p/small-diff", "source": "inline"}]}
-    t = agent.read_transcript(write_lines(tmp_path / "t.jsonl", init, assistant("m1", "x", {"output_tokens": 999}),
+    t = transcripts.read_transcript(write_lines(tmp_path / "t.jsonl", init, assistant("m1", "x", {"output_tokens": 999}),
                                           RESULT))
-    m = agent.usage_metrics(t)
+    m = transcripts.usage_metrics(t)
     assert m == {
         "cost_usd": 0.0421, "duration_ms": 4567, "turns": 3, "denials": 2,
         "in_tokens": 11, "out_tokens": 22, "cache_tokens": 33 + 44, "total_tokens": 11 + 22 + 33 + 44,
@@ -178,16 +178,16 @@ def test_usage_metrics_maps_the_result_fields(tmp_path):
 
 
 def test_usage_metrics_of_nothing_are_none_not_zero():
-    m = agent.usage_metrics(agent.Transcript())
+    m = transcripts.usage_metrics(transcripts.Transcript())
     assert m["cost_usd"] is None and m["in_tokens"] is None and m["out_tokens"] is None
     assert m["cache_tokens"] is None and m["total_tokens"] is None and m["denials"] is None
     assert m["served_model"] == "" and m["plugins"] == "" and m["tools"] == ""
 
 
 def test_usage_metrics_ignore_values_of_the_wrong_type():
-    t = agent.Transcript(result={"type": "result", "total_cost_usd": True, "num_turns": "3",
+    t = transcripts.Transcript(result={"type": "result", "total_cost_usd": True, "num_turns": "3",
                                  "usage": {"input_tokens": 1.5, "output_tokens": 4}})
-    m = agent.usage_metrics(t)
+    m = transcripts.usage_metrics(t)
     assert m["cost_usd"] is None and m["turns"] is None and m["in_tokens"] is None
     assert m["out_tokens"] == 4 and m["total_tokens"] == 4
 
@@ -205,13 +205,13 @@ def stderr_file(tmp_path, text="") -> Path:
 
 
 def test_judge_a_finished_run(tmp_path):
-    t = agent.Transcript(init=INIT, result=RESULT)
-    assert agent.judge(outcome(0), t, stderr_file(tmp_path), 300) == (records.FINISHED, "")
+    t = transcripts.Transcript(init=INIT, result=RESULT)
+    assert transcripts.judge(outcome(0), t, stderr_file(tmp_path), 300) == (records.FINISHED, "")
 
 
 def test_judge_a_timeout_wins_over_everything(tmp_path):
-    t = agent.Transcript(init=INIT, result=RESULT)
-    status, error = agent.judge(outcome(timed_out=True), t, stderr_file(tmp_path), 42)
+    t = transcripts.Transcript(init=INIT, result=RESULT)
+    status, error = transcripts.judge(outcome(timed_out=True), t, stderr_file(tmp_path), 42)
     assert status == records.TIMEOUT
     assert "42 s" in error and "killed" in error
 
@@ -219,35 +219,35 @@ def test_judge_a_timeout_wins_over_everything(tmp_path):
 def test_judge_the_root_refusal_says_what_to_do(tmp_path):
     err = stderr_file(tmp_path, "--dangerously-skip-permissions cannot be used with root/sudo privileges "
                                 "for security reasons\n")
-    status, error = agent.judge(outcome(1), agent.Transcript(), err, 300)
+    status, error = transcripts.judge(outcome(1), transcripts.Transcript(), err, 300)
     assert status == records.CLI_ERROR
     assert "root" in error and "IS_SANDBOX=1" in error
 
 
 def test_judge_an_error_result(tmp_path):
-    t = agent.Transcript(init=INIT, result={**RESULT, "subtype": "error_max_turns", "is_error": True,
+    t = transcripts.Transcript(init=INIT, result={**RESULT, "subtype": "error_max_turns", "is_error": True,
                                             "result": "Reached the turn limit"})
-    status, error = agent.judge(outcome(0), t, stderr_file(tmp_path), 300)
+    status, error = transcripts.judge(outcome(0), t, stderr_file(tmp_path), 300)
     assert status == records.CLI_ERROR
     assert "error_max_turns" in error and "Reached the turn limit" in error
 
 
 def test_judge_a_non_zero_exit_before_a_result(tmp_path):
     err = stderr_file(tmp_path, "starting\nSegmentation fault (core dumped)\n")
-    status, error = agent.judge(outcome(139), agent.Transcript(init=INIT), err, 300)
+    status, error = transcripts.judge(outcome(139), transcripts.Transcript(init=INIT), err, 300)
     assert status == records.CLI_ERROR
     assert "139" in error and "Segmentation fault (core dumped)" in error
 
 
 def test_judge_garbage_output(tmp_path):
-    t = agent.Transcript(garbage=2, first_garbage="this is not json")
-    status, error = agent.judge(outcome(0), t, stderr_file(tmp_path), 300)
+    t = transcripts.Transcript(garbage=2, first_garbage="this is not json")
+    status, error = transcripts.judge(outcome(0), t, stderr_file(tmp_path), 300)
     assert status == records.BAD_OUTPUT
     assert "2 unreadable lines" in error and "this is not json" in error
 
 
 def test_judge_no_result_line(tmp_path):
-    status, error = agent.judge(outcome(0), agent.Transcript(init=INIT, events=1), stderr_file(tmp_path), 300)
+    status, error = transcripts.judge(outcome(0), transcripts.Transcript(init=INIT, events=1), stderr_file(tmp_path), 300)
     assert status == records.BAD_OUTPUT
     assert "without printing a result line" in error
 
@@ -260,20 +260,20 @@ def init_with(plugins=(), tools=("Read", "Write", "Edit", "Glob", "Grep")) -> di
 
 
 def test_verify_arm_baseline_with_only_builtin_plugins_passes():
-    assert agent.verify_arm(init_with(), None) is None
+    assert transcripts.verify_arm(init_with(), None) is None
 
 
 def test_verify_arm_rejects_a_missing_init_line():
-    assert "no init line" in agent.verify_arm(None, None)
+    assert "no init line" in transcripts.verify_arm(None, None)
 
 
 def test_verify_arm_rejects_bash():
-    problem = agent.verify_arm(init_with(tools=("Read", "Write", "Bash")), None)
+    problem = transcripts.verify_arm(init_with(tools=("Read", "Write", "Bash")), None)
     assert problem is not None and "Bash" in problem
 
 
 def test_verify_arm_rejects_a_plugin_in_the_baseline():
-    problem = agent.verify_arm(init_with([{"name": "caveman", "path": "/x/caveman", "source": "inline"}]), None)
+    problem = transcripts.verify_arm(init_with([{"name": "caveman", "path": "/x/caveman", "source": "inline"}]), None)
     assert problem is not None and "caveman" in problem
 
 
@@ -282,13 +282,13 @@ def test_verify_arm_plugin_arm_with_its_plugin_passes(tmp_path):
     mine.mkdir()
     link = tmp_path / "link-to-small-diff"
     link.symlink_to(mine)
-    assert agent.verify_arm(init_with([{"name": "small-diff", "path": str(mine), "source": "inline"}]), str(mine)) is None
+    assert transcripts.verify_arm(init_with([{"name": "small-diff", "path": str(mine), "source": "inline"}]), str(mine)) is None
     # the same directory reached through a symlink is the same plugin
-    assert agent.verify_arm(init_with([{"name": "small-diff", "path": str(link), "source": "inline"}]), str(mine)) is None
+    assert transcripts.verify_arm(init_with([{"name": "small-diff", "path": str(link), "source": "inline"}]), str(mine)) is None
 
 
 def test_verify_arm_plugin_arm_without_its_plugin_fails(tmp_path):
-    problem = agent.verify_arm(init_with(), str(tmp_path / "small-diff"))
+    problem = transcripts.verify_arm(init_with(), str(tmp_path / "small-diff"))
     assert problem is not None and "not among the plugins" in problem
 
 
@@ -296,13 +296,13 @@ def test_verify_arm_plugin_arm_with_another_plugin_fails(tmp_path):
     mine = str(tmp_path / "small-diff")
     plugins = [{"name": "small-diff", "path": mine, "source": "inline"},
                {"name": "caveman", "path": "/x/caveman", "source": "inline"}]
-    problem = agent.verify_arm(init_with(plugins), mine)
+    problem = transcripts.verify_arm(init_with(plugins), mine)
     assert problem is not None and "caveman" in problem
 
 
 def test_verify_arm_ignores_builtin_plugins_however_marked():
     plugins = [{"name": "a", "path": "builtin"}, {"name": "b", "path": "/opt/b", "source": "builtin"}]
-    assert agent.verify_arm(init_with(plugins), None) is None
+    assert transcripts.verify_arm(init_with(plugins), None) is None
 
 
 # --- build_argv, environment, the CLI lookup -------------------------------------------------
@@ -418,9 +418,9 @@ def test_run_kills_a_hanging_cli_with_its_child_and_keeps_the_transcript(tmp_pat
         assert survivors == [], "processes of the killed agent survived"
     finally:
         proc_watch.kill(proc_watch.working_in(ws))
-    t = agent.read_transcript(ws / "t.jsonl")
+    t = transcripts.read_transcript(ws / "t.jsonl")
     assert t.init is not None and t.result is None  # written before the hang, kept after the kill
-    assert agent.usage_metrics(t)["out_tokens"] == 20
+    assert transcripts.usage_metrics(t)["out_tokens"] == 20
     assert "killed with its process tree" in (ws / "err.txt").read_text()
 
 
@@ -474,9 +474,9 @@ def test_no_read_of_the_cli_s_output_follows_a_link_planted_at_its_name(tmp_path
     transcript, stderr = tmp_path / "t.jsonl", tmp_path / "err.txt"
     transcript.symlink_to(secret)
     stderr.symlink_to(secret)
-    t = agent.read_transcript(transcript)
+    t = transcripts.read_transcript(transcript)
     assert (t.init, t.result, t.events) == (None, None, 0)
-    status, error = agent.judge(outcome(1), agent.Transcript(init=INIT), stderr, 300)
+    status, error = transcripts.judge(outcome(1), transcripts.Transcript(init=INIT), stderr, 300)
     assert status == records.CLI_ERROR and "secret" not in error, error
     agent.bound_file(transcript, keep=16)
     assert transcript.is_symlink() and secret.read_bytes() == before
@@ -499,10 +499,10 @@ def test_the_cli_s_output_is_never_opened_through_a_link_at_its_name_or_its_fold
 
 def test_a_transcript_never_bound_is_read_as_its_head_and_its_tail_within_the_cap(tmp_path, monkeypatch):
     monkeypatch.setattr(agent, "KEEP_BYTES", 4096)
-    monkeypatch.setattr(agent, "READ_CAP", 2 * 4096 + 100)
+    monkeypatch.setattr(transcripts, "READ_CAP", 2 * 4096 + 100)
     fillers = [assistant(f"m{i}", "x" * 80) for i in range(400)]  # about 50 KiB, never cut
     path = write_lines(tmp_path / "t.jsonl", INIT, *fillers, assistant("last", "the final words"), RESULT)
-    t = agent.read_transcript(path)
+    t = transcripts.read_transcript(path)
     assert t.init == INIT and t.result == RESULT and t.last_text == "the final words"
     assert t.garbage == 0 and t.events < 2 * 4096 // 100 < len(fillers)  # what lies between is never read
 

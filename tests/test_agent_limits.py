@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.cell import agent
+from pytest_ponybench.cell import agent, confine as confinement
 from pytest_ponybench.processes import sandbox
 from support.records import record_data
 from support.benchproc import ADD_TASK, FAKE, GOOD_ADD, bench_args, fake_env, only_run_dir, results, run, write_project
@@ -165,8 +165,8 @@ def daemon(mark: str) -> str:
 
 @pytest.mark.parametrize("confined", [False, True], ids=["unconfined", "confined"])
 def test_a_daemon_the_agent_leaves_does_not_outlive_its_cell(tmp_path, confined):
-    if confined and not agent.sandbox().works:
-        pytest.skip(agent.sandbox().problem)
+    if confined and not confinement.sandbox().works:
+        pytest.skip(confinement.sandbox().problem)
     mark = f"ponybench-daemon-{uuid.uuid4().hex[:8]}"
     root = write_project(tmp_path / "project", {"add": ADD_TASK})
     env = fake_env(root, write=GOOD_ADD)
@@ -261,17 +261,17 @@ def test_a_confined_cell_has_a_configuration_folder_of_its_own(tmp_path, monkeyp
     plugin.mkdir(parents=True)
     (config / ".credentials.json").write_text("{}")
     (config / "settings.json").write_text("{}")
-    flags = agent.private_config(config, ["/usr/bin/claude", str(plugin)])
+    flags = confinement.private_config(config, ["/usr/bin/claude", str(plugin)])
     real = os.path.realpath(config)
     assert flags[:5] == ["--tmpfs", real, "--setenv", "CLAUDE_CONFIG_DIR", real]
     assert ["--ro-bind", f"{real}/.credentials.json", f"{real}/.credentials.json"] == flags[5:8]
     assert ["--ro-bind", os.path.realpath(plugin), os.path.realpath(plugin)] == flags[8:11]
     assert "settings.json" not in " ".join(flags) and len(flags) == 11
     env = {"HOME": str(tmp_path / "home")}
-    assert agent.absorbed_by_confinement(str(config / "skills" / "x" / "SKILL.md"), tmp_path / "ws", env)
-    assert not agent.absorbed_by_confinement(str(tmp_path / "home" / "notes.txt"), tmp_path / "ws", env)
-    missing = agent.private_config(tmp_path / "nowhere", [])
-    assert missing[0] == "--dir" and missing[1].startswith(agent.private_tmp())
+    assert confinement.absorbed_by_confinement(str(config / "skills" / "x" / "SKILL.md"), tmp_path / "ws", env)
+    assert not confinement.absorbed_by_confinement(str(tmp_path / "home" / "notes.txt"), tmp_path / "ws", env)
+    missing = confinement.private_config(tmp_path / "nowhere", [])
+    assert missing[0] == "--dir" and missing[1].startswith(confinement.private_tmp())
 
 
 def test_a_cgroup_v2_hierarchy_is_used_as_the_kernel_lays_it_out(tmp_path, monkeypatch):

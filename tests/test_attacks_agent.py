@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.cell import agent
+from pytest_ponybench.cell import confine as confinement
 from pytest_ponybench.store.rundir import key_dir
 from support import proc_watch
 from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, only_run_dir, results, run, write_project
@@ -36,7 +36,7 @@ CELL0, CELL1 = "add__baseline__haiku__0", "add__baseline__haiku__1"
 
 def needs_sandbox():
     """Like the pinned CLI: skipped on a developer machine without bubblewrap, a failure in CI."""
-    box = agent.sandbox()
+    box = confinement.sandbox()
     if not box.works:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(box.problem)
@@ -202,7 +202,7 @@ def leave_a_daemon(confine: bool, tmp_path: Path, mark: str) -> None:
     ws.mkdir(parents=True)
     argv = [sys.executable, "-c", STARTER, hopper_code(), mark, "4"]
     if confine:
-        argv = agent.confine(argv, ws, dict(os.environ), run_dir=ws.parent)
+        argv = confinement.confine(argv, ws, dict(os.environ), run_dir=ws.parent)
     subprocess.run(argv, cwd=ws, stdin=subprocess.DEVNULL, timeout=60, check=True)
 
 

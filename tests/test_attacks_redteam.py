@@ -35,7 +35,7 @@ import pytest
 from support.benchproc import (ADD_TASK, FAKE, GOOD_ADD, Session, bench_args, by_cell, fake_env, only_run_dir,
                                results, run, summary, write_project)
 
-from pytest_ponybench.cell import agent, lifecycle as cell, workspace
+from pytest_ponybench.cell import confine as confinement, lifecycle as cell, workspace
 from pytest_ponybench.processes import procs, sandbox
 from pytest_ponybench.scoring import checks, metrics
 from pytest_ponybench.store.rundir import RunDir
@@ -1092,7 +1092,7 @@ def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
     env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "sleep_then_ok", "sleep": 30}})
     hunt = sibling_cli_hunt(tmp_path / "hostile-claude", "import signal\n", "os.kill(_pid, signal.SIGKILL)")
     done = session(root, hostile_cli(tmp_path, before={CELL(1): hunt}), "--runs=2", "--ponybench-at-once=2", env=env)
-    assert "unconfined (--ponybench-no-confine)" in done.stdout and agent.UNCONFINED_REACH_OWN_PIDS in done.stdout, \
+    assert "unconfined (--ponybench-no-confine)" in done.stdout and confinement.UNCONFINED_REACH_OWN_PIDS in done.stdout, \
         done.stdout[:3000]  # the header says what the agent can reach here
     records = by_cell(results(only_run_dir(root)))
     assert CELL(0) in records, done.stdout[-3000:]

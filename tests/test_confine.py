@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.cell import agent
+from pytest_ponybench.cell import confine as confinement
 from pytest_ponybench.processes import sandbox
 from support import proc_watch
 from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, fake_env, only_run_dir, results, run, write_project
@@ -164,8 +164,8 @@ def test_the_sandbox_hides_the_runs_folder_unless_the_cli_or_its_plugin_lies_in_
     (tmp_path / "keys").mkdir()
     run_dir = tmp_path / "runs" / "20261206-000000"
     run_dir.mkdir(parents=True)
-    assert agent.hidden_paths(run_dir, ["/usr/bin/claude"]) == [tmp_path / "runs", tmp_path / "keys"]
+    assert confinement.hidden_paths(run_dir, ["/usr/bin/claude"]) == [tmp_path / "runs", tmp_path / "keys"]
     plugin = tmp_path / "runs" / "plugins" / "p"
-    assert agent.hidden_paths(run_dir, ["/usr/bin/claude", plugin]) == [run_dir, tmp_path / "keys"]
+    assert confinement.hidden_paths(run_dir, ["/usr/bin/claude", plugin]) == [run_dir, tmp_path / "keys"]
     # A key folder that holds what the agent needs (its home, say) stays: the run directory does not.
-    assert agent.hidden_paths(run_dir, [tmp_path / "keys" / "home"]) == [tmp_path / "runs"]
+    assert confinement.hidden_paths(run_dir, [tmp_path / "keys" / "home"]) == [tmp_path / "runs"]

@@ -1,7 +1,7 @@
 """Which writes outside its workspace a cell's agent is blamed for."""
 import json
 
-from pytest_ponybench.cell import agent, workspace
+from pytest_ponybench.cell import confine as confinement, transcript as transcripts, workspace
 
 
 def write_call(tool_id, path, name="Write", error=False):
@@ -15,7 +15,7 @@ def write_call(tool_id, path, name="Write", error=False):
 def transcript(tmp_path, events):
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    return agent.read_transcript(path)
+    return transcripts.read_transcript(path)
 
 
 def test_only_write_tools_that_succeeded_count(tmp_path):
@@ -52,22 +52,22 @@ def test_writes_inside_the_workspace_are_never_blamed(tmp_path):
 def test_confinement_absorbs_only_writes_to_the_agents_own_tmpdir(tmp_path):
     ws = tmp_path / "run" / "cell"
     ws.mkdir(parents=True)
-    scratch = agent.private_tmp()
-    assert agent.absorbed_by_confinement(f"{scratch}/notes.txt", ws, {"HOME": "/root"})
-    # The CLI's configuration folder is a tmpfs of the cell's own (agent.private_config).
-    assert agent.absorbed_by_confinement("/root/.claude/settings.json", ws, {"HOME": "/root"})
-    assert agent.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/.claude/x", ws,
+    scratch = confinement.private_tmp()
+    assert confinement.absorbed_by_confinement(f"{scratch}/notes.txt", ws, {"HOME": "/root"})
+    # The CLI's configuration folder is a tmpfs of the cell's own (confine.private_config).
+    assert confinement.absorbed_by_confinement("/root/.claude/settings.json", ws, {"HOME": "/root"})
+    assert confinement.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/.claude/x", ws,
                                          {"HOME": "/tmp/ponybench-rehearsal-home-x"})
-    assert agent.absorbed_by_confinement("/srv/conf/skills/x.md", ws, {"HOME": "/root", "CLAUDE_CONFIG_DIR": "/srv/conf"})
+    assert confinement.absorbed_by_confinement("/srv/conf/skills/x.md", ws, {"HOME": "/root", "CLAUDE_CONFIG_DIR": "/srv/conf"})
     # Bound from the host, so a write there is real: the workspace and a rehearsal's home.
-    assert not agent.absorbed_by_confinement(str(ws / "a.py"), ws, {"HOME": "/root"})
-    assert not agent.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/notes.txt", ws,
+    assert not confinement.absorbed_by_confinement(str(ws / "a.py"), ws, {"HOME": "/root"})
+    assert not confinement.absorbed_by_confinement("/tmp/ponybench-rehearsal-home-x/notes.txt", ws,
                                              {"HOME": "/tmp/ponybench-rehearsal-home-x"})
     # Elsewhere the system is read-only under confinement: a write there that succeeded is real.
-    assert not agent.absorbed_by_confinement("/tmp/elsewhere.txt", ws, {"HOME": "/root"})
-    assert not agent.absorbed_by_confinement(f"{scratch}-not/x", ws, {"HOME": "/root"})
-    assert not agent.absorbed_by_confinement("/root/.claude-not/x", ws, {"HOME": "/root"})
-    assert not agent.absorbed_by_confinement("/root/.claude.json", ws, {"HOME": "/root"})
+    assert not confinement.absorbed_by_confinement("/tmp/elsewhere.txt", ws, {"HOME": "/root"})
+    assert not confinement.absorbed_by_confinement(f"{scratch}-not/x", ws, {"HOME": "/root"})
+    assert not confinement.absorbed_by_confinement("/root/.claude-not/x", ws, {"HOME": "/root"})
+    assert not confinement.absorbed_by_confinement("/root/.claude.json", ws, {"HOME": "/root"})
 
 
 def test_budget_figures_read_as_dollars():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.cell import agent, proof
+from pytest_ponybench.cell import agent, proof, transcript as transcripts
 from pytest_ponybench.reports import tables
 from pytest_ponybench.run import options
 from pytest_ponybench.store import record as records
@@ -23,17 +23,17 @@ PLUGINS = Path(__file__).resolve().parent / "plugins"
 INIT = {"type": "system", "subtype": "init", "model": "m", "tools": ["Read", "Write"], "plugins": []}
 
 
-def transcript(tmp_path: Path, *events) -> agent.Transcript:
+def transcript(tmp_path: Path, *events) -> transcripts.Transcript:
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    return agent.read_transcript(path)
+    return transcripts.read_transcript(path)
 
 
 def judged(tmp_path: Path, *events, timed_out=False, exit_code=1):
     stderr = tmp_path / "err.txt"
     stderr.write_text("")
     outcome = agent.RunOutcome(None if timed_out else exit_code, timed_out, 1.0)
-    return agent.judge(outcome, transcript(tmp_path, *events), stderr, 30)
+    return transcripts.judge(outcome, transcript(tmp_path, *events), stderr, 30)
 
 
 def retry(status=529, error="overloaded"):
@@ -84,18 +84,18 @@ def test_a_stream_that_ends_while_the_api_fails_is_an_infra_error(tmp_path):
 def test_a_401_stops_the_run_with_one_sentence(tmp_path):
     t = transcript(tmp_path, INIT, {**API_ERROR_RESULT, "api_error_status": 401,
                                     "api_error_type": "authentication_error"})
-    assert agent.api_error_status(t) == 401
+    assert transcripts.api_error_status(t) == 401
     record = {"status": records.INFRA_ERROR, "api_error_status": 401, "cell": "c__a__m__0"}
-    sentence = agent.auth_failure(record)
+    sentence = transcripts.auth_failure(record)
     assert "refused the credentials (401)" in sentence and "ANTHROPIC_API_KEY" in sentence
     assert sentence.count(". ") == 0  # one sentence
-    assert agent.auth_failure({**record, "api_error_status": 529}) is None
-    assert agent.auth_failure({**record, "status": records.FINISHED}) is None
+    assert transcripts.auth_failure({**record, "api_error_status": 529}) is None
+    assert transcripts.auth_failure({**record, "status": records.FINISHED}) is None
 
 
 def test_a_429_anywhere_in_the_session_counts_as_rate_limited(tmp_path):
-    assert agent.saw_rate_limit(transcript(tmp_path, INIT, retry(429), answer()))
-    assert not agent.saw_rate_limit(transcript(tmp_path, INIT, retry(529), answer()))
+    assert transcripts.saw_rate_limit(transcript(tmp_path, INIT, retry(429), answer()))
+    assert not transcripts.saw_rate_limit(transcript(tmp_path, INIT, retry(529), answer()))
 
 
 # --- activity --------------------------------------------------------------------------------------
@@ -120,11 +120,11 @@ def test_activity_counts_tools_skills_reads_and_writes_exactly(tmp_path):
                    tool_use(6, "Write", {"file_path": "/w/b.py", "content": "b"}), tool_result(6),
                    tool_use(7, "Skill", {"skill": "tidy:small"}), tool_result(7),
                    tool_use(8, "Task", {"prompt": "p"}), tool_result(8))
-    got = agent.activity(t)
+    got = transcripts.activity(t)
     assert got["tool_calls"] == "Edit:1,Read:3,Skill:2,Task:1,Write:1"
     assert got["skills_used"] == "tidy:small"
     assert (got["files_read"], got["files_written"], got["edits"]) == (1, 2, 2)
-    assert agent.parse_counts(got["tool_calls"]) == {"Edit": 1, "Read": 3, "Skill": 2, "Task": 1, "Write": 1}
+    assert transcripts.parse_counts(got["tool_calls"]) == {"Edit": 1, "Read": 3, "Skill": 2, "Task": 1, "Write": 1}
     assert records.problems({"status": "finished", **got}) == []
 
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_ponybench.cell import agent, workspace
+from pytest_ponybench.cell import agent, confine as confinement, transcript as transcripts, workspace
 from pytest_ponybench.scoring import checks, metrics
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import (CELL_IDENTITY, RunDir, move_cell, read_record, valid_cost,
@@ -66,7 +66,7 @@ class CellContext:
     # max_budget_usd is what was left of the run's budget, below the per-cell cap: a CLI that
     # stops there was cut by the run's budget (budget_cut), not by a cap the arm ran under.
     run_cut: bool = False
-    confine: bool = False  # run the agent under bubblewrap (agent.confine): only its workspace writable
+    confine: bool = False  # run the agent under bubblewrap (confine.confine): only its workspace writable
     # The agent's cgroup (memory, processes), where the machine has cgroups; None: no cgroup.
     agent_limits: agent.AgentLimits | None = agent.AgentLimits()
     exclusive: bool = True  # no other cell runs beside this one (False on an xdist worker)
@@ -223,7 +223,7 @@ def run_cell(cell: Cell, ctx: CellContext) -> dict:
         if ran["rate_limited"]:
             ctx.run_dir.pause(retry_wait(ctx, attempt), cell.id)
         if (ran["status"] not in records.INFRA or attempt > ctx.retries
-                or ran["api_error_status"] in agent.AUTH_STATUSES):
+                or ran["api_error_status"] in transcripts.AUTH_STATUSES):
             break
         if ctx.max_cost is not None and (ctx.spent or ctx.run_dir.spent)() >= ctx.max_cost:
             ran["error"] += f"; not retried: the run's budget of ${ctx.max_cost:g} is spent"
@@ -256,7 +256,7 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
                             plugin_dir, ctx.max_budget_usd)
     env = agent.agent_env(ctx.hook.pytest_ponybench_agent_env(cell=cell, workspace=ws))
     if ctx.confine:
-        argv = agent.confine(argv, ws, env, run_dir=ctx.run_dir.path, needed=[plugin_dir])
+        argv = confinement.confine(argv, ws, env, run_dir=ctx.run_dir.path, needed=[plugin_dir])
     watch = workspace.watch_beside(ctx.run_dir.path)
     # The CLI writes its output in the cell's records folder, not in the workspace: an agent
     # that replaces, truncates or links its transcript or stderr while it runs cannot change
@@ -272,30 +272,30 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
         workspace.put_back(ws)
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
-    transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
+    transcript = transcripts.read_transcript(ws / workspace.TRANSCRIPT)
     written = transcript.written
     if ctx.confine:  # a write the sandbox's private /tmp absorbed never reached this machine
-        written = [p for p in written if not agent.absorbed_by_confinement(p, ws, env)]
+        written = [p for p in written if not confinement.absorbed_by_confinement(p, ws, env)]
     escaped = workspace.blame(ws, changed_beside, written, ctx.exclusive)
-    status, error = agent.judge(outcome, transcript, ws / workspace.STDERR, ctx.timeout)
+    status, error = transcripts.judge(outcome, transcript, ws / workspace.STDERR, ctx.timeout)
     if status == records.FINISHED:
-        wrong = agent.verify_arm(transcript.init, plugin_dir)
+        wrong = transcripts.verify_arm(transcript.init, plugin_dir)
         if wrong is None:
             wrong = ctx.hook.pytest_ponybench_prove_arm(cell=cell, workspace=ws, transcript=transcript) or None
             status = records.ARM_UNPROVEN if wrong else status
         else:
             status = records.WRONG_ARM
         error = wrong or ""
-    if status == records.CLI_ERROR and ctx.run_cut and agent.stopped_at_budget(transcript):
+    if status == records.CLI_ERROR and ctx.run_cut and transcripts.stopped_at_budget(transcript):
         status, error = records.BUDGET_CUT, budget_cut_error(ctx)
-    cost = agent.usage_metrics(transcript)["cost_usd"]
+    cost = transcripts.usage_metrics(transcript)["cost_usd"]
     ran = {"status": status, "error": error, "rehearsal": ctx.rehearsal,
            "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
            "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
            "limits": outcome.limits,  # what the agent's cgroup met; None: it ran without one
            "plugin_dir": plugin_dir, "argv": argv, "cost_usd": cost,
-           "api_error_status": agent.api_error_status(transcript),
-           "rate_limited": agent.saw_rate_limit(transcript)}
+           "api_error_status": transcripts.api_error_status(transcript),
+           "rate_limited": transcripts.saw_rate_limit(transcript)}
     # The spend is on the ledger before anything else is written: a kill or a full disk
     # between it and the result can make a resume pay for this cell again, never hide what it
     # cost (the ledger keeps room allocated for its next lines). A failed attempt's cost stays.
@@ -328,7 +328,7 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
     ran = _read(ws, AGENT_RECORD, key)
     status = str(ran.get("status") or records.BAD_OUTPUT)
     error = str(ran.get("error") or ("" if ran else "no record of the agent run in this workspace"))
-    transcript = agent.read_transcript(ws / workspace.TRANSCRIPT)
+    transcript = transcripts.read_transcript(ws / workspace.TRANSCRIPT)
     answer = (transcript.result or {}).get("result") or transcript.last_text
     task = cell.task
     record = {**identity(cell), "status": status, "ran": status == records.FINISHED,
@@ -337,8 +337,8 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
               "escaped": ",".join(ran.get("escaped") or []), "workspace": str(ws.resolve()),
               "attempts": _whole(ran.get("attempts"), 1),
               "infra_cost_usd": float(ran.get("infra_cost_usd") or 0.0)}
-    record.update(agent.usage_metrics(transcript))
-    record.update(agent.activity(transcript))
+    record.update(transcripts.usage_metrics(transcript))
+    record.update(transcripts.activity(transcript))
     if status == records.NOT_RUN:
         record.update(metrics.EMPTY)
     else:

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_ponybench.cell import agent, workspace
+from pytest_ponybench.cell import agent, transcript as transcripts, workspace
 from pytest_ponybench.scoring import metrics
 
 AXES = ("over_engineering", "completeness")
@@ -282,7 +282,7 @@ def parse_answer(axis: str, text) -> tuple[Vote | None, str]:
 
 @dataclass
 class Reply:
-    status: str  # agent.judge's status: "finished", or "infra_error", "cli_error", ...
+    status: str  # transcript.judge's status: "finished", or "infra_error", "cli_error", ...
     text: str = ""
     cost_usd: float = 0.0
     error: str = ""
@@ -302,9 +302,9 @@ def ask_cli(claude: str, model_id: str, text: str, env: dict[str, str], timeout:
         folder = Path(tmp)
         outcome = agent.run(cli_argv(claude, model_id, text), folder, agent.agent_env(env), timeout,
                             folder / "transcript.jsonl", folder / "stderr.txt")
-        seen = agent.read_transcript(folder / "transcript.jsonl")
-        status, error = agent.judge(outcome, seen, folder / "stderr.txt", timeout)
-    cost = agent.usage_metrics(seen)["cost_usd"] or 0.0
+        seen = transcripts.read_transcript(folder / "transcript.jsonl")
+        status, error = transcripts.judge(outcome, seen, folder / "stderr.txt", timeout)
+    cost = transcripts.usage_metrics(seen)["cost_usd"] or 0.0
     answer = (seen.result or {}).get("result")
     return Reply(status, answer if isinstance(answer, str) else seen.last_text, max(float(cost), 0.0), error)
 

@@ -412,7 +412,7 @@ def activity_rows(records: Sequence[dict]) -> list[dict]:
     """Per arm x model, over measured cells: how often each skill fired, reads and edits per
     cell, and tool calls per cell by tool (from the records' `tool_calls`, `skills_used`,
     `files_read`, `edits`)."""
-    from pytest_ponybench.cell.agent import parse_counts  # the record's 'Name:count' format is agent.py's
+    from pytest_ponybench.cell.transcript import parse_counts  # the record's 'Name:count' format is transcript.py's
 
     rows = []
     for (arm, model), cells in records_.group_by(records, "arm", "model").items():

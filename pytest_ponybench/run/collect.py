@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.cell import agent
+from pytest_ponybench.cell import transcript as transcripts
 from pytest_ponybench.cell import lifecycle as cells
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.run.controller import BUDGET_REACHED, never_ran_record
@@ -234,7 +234,7 @@ class CellItem(_PlainFailure, pytest.Item):
             raise
         self.config.hook.pytest_ponybench_cell_record(cell=self.cell, record=record)
         self.user_properties.extend(record.items())
-        fatal = agent.auth_failure(record)
+        fatal = transcripts.auth_failure(record)
         if fatal:  # every later cell would fail the same way: stop before the next one
             self.session.shouldstop = fatal
         if records.skipped_apart(record):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.cell import agent, lifecycle as cells
+from pytest_ponybench.cell import agent, confine as confinement, lifecycle as cells
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.processes import sandbox
 from pytest_ponybench.reports import summary, tables
@@ -331,7 +331,7 @@ class Controller:
             raise pytest.UsageError(str(exc)) from None
         confined = self.settled_confinement()
         if not state.settings.rehearse:
-            problem = agent.real_run_problem(own_user=confined and agent.sandbox().own_user)
+            problem = agent.real_run_problem(own_user=confined and confinement.sandbox().own_user)
             if problem:
                 raise pytest.UsageError(problem)
         # Remote workers collect from folders of their own (fleet.py): every task is proven for them.
@@ -358,7 +358,7 @@ class Controller:
             state.run_dir = RunDir.create(state.settings.dir)
             self.gathering = Gathering(state.run_dir)
         state.run_dir.max_pause = max_pause(state.settings)
-        box = agent.sandbox() if state.settings.confine is not False else None
+        box = confinement.sandbox() if state.settings.confine is not False else None
         # Where the agent ran, and what the checks of this run ran in (sandbox.py) with what
         # this machine lacked: kept with the run, never compared on resume (a host may differ).
         own_pids = confined or not sandbox.support().namespaces  # bubblewrap's, or agent.run's
@@ -375,7 +375,7 @@ class Controller:
         except agent.CliMissing as exc:
             raise pytest.UsageError(str(exc)) from None
         limits = agent.limits_phrase(self.state.agent_limits(), sandbox.support().cgroup)
-        self.confinement_line = agent.confinement_line(agent.sandbox() if self.state.settings.confine is not False
+        self.confinement_line = confinement.confinement_line(confinement.sandbox() if self.state.settings.confine is not False
                                                        else None, self.state.settings.confine is not False, limits,
                                                        own_pid_namespace=not sandbox.support().namespaces)
         return confined

@@ -43,7 +43,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_ponybench.cell import agent, lifecycle as cells, workspace
+from pytest_ponybench.cell import agent, confine as confinement, lifecycle as cells, workspace
 from pytest_ponybench.store.rundir import (HARNESS_PREFIX, PAUSE_FILE, RunDir, ledger_total, read_jsonl,
                                            read_record, records_dir, write_atomic, write_record)
 
@@ -298,7 +298,7 @@ def _unpack_into(config, settings_cls, shipped: dict, scratch: Path) -> Unpacked
         raise WorkerCannotStart(f"{where}: {exc} (each host needs its own CLI, found by the same rules "
                                 f"relative to the gateway's chdir)") from None
     if not settings.rehearse:
-        box = agent.sandbox() if settings.confine is not False else None
+        box = confinement.sandbox() if settings.confine is not False else None
         problem = agent.real_run_problem(own_user=bool(box and box.works and box.own_user))
         if problem:
             raise WorkerCannotStart(f"{where}: {problem}")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.cell import agent
+from pytest_ponybench.cell import agent, transcript as transcripts
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.judge import calibration, judge, judged_graders
 from pytest_ponybench.specs.faults import parse_fault
@@ -391,7 +391,7 @@ class JudgePlugin:
             else:
                 from pytest_ponybench.cell.workspace import TRANSCRIPT
 
-                answer = (agent.read_transcript(ws / TRANSCRIPT).result or {}).get("result")
+                answer = (transcripts.read_transcript(ws / TRANSCRIPT).result or {}).get("result")
                 work = judged_graders.cell_work(cell.task, ws, key, answer)
                 fresh = [judged_graders.judge_grader(self.ask, g, cell.task.prompt, work) for g in wanted]
                 verdicts.update((v.name, v) for v in fresh)
@@ -427,7 +427,7 @@ class JudgePlugin:
             return judge.empty_fields(f"not judged: the run's budget of ${cap:g} is spent", self.model_id, fp)
         from pytest_ponybench.cell.workspace import TRANSCRIPT
 
-        answer = (agent.read_transcript(ws / TRANSCRIPT).result or {}).get("result")
+        answer = (transcripts.read_transcript(ws / TRANSCRIPT).result or {}).get("result")
         sub = judge.cell_submission(cell.task, ws, key, answer if isinstance(answer, str) else None)
         if sub.empty:
             return judge.empty_fields("not judged: no source file to judge (tests only)", self.model_id, fp)

@@ -185,7 +185,7 @@ class Settings:
     resume: Path | None
     max_cost: float | None
     max_cell_cost: float | None
-    confine: bool | None  # True: confined or stop; False: never; None: where it works (agent.sandbox)
+    confine: bool | None  # True: confined or stop; False: never; None: where it works (confine.sandbox)
     at_once: int
     plots: bool
     retries: int

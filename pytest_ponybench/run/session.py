@@ -128,9 +128,9 @@ class PonybenchState:
         --ponybench-no-confine, else where the trial sandbox of this host worked."""
         if self.settings.confine is False:
             return False
-        from pytest_ponybench.cell import agent
+        from pytest_ponybench.cell import agent, confine as confinement
 
-        box = agent.sandbox()
+        box = confinement.sandbox()
         if self.settings.confine is True and not box.works:
             raise agent.CliMissing(f"--ponybench-confine: {box.problem}")
         return box.works

@@ -79,11 +79,11 @@ FIELDS: dict[str, tuple[type, ...]] = {
     # what the agent delivered (metrics.py)
     "delivered": _bool, "files": (int,), "src_files": (int,), "total_loc": (int,),
     "src_loc": (int,), "test_files": (int,), "test_loc": (int,),
-    # usage (agent.usage_metrics)
+    # usage (transcript.usage_metrics)
     "cost_usd": _num, "duration_ms": _int, "turns": _int, "denials": _int,
     "in_tokens": _int, "out_tokens": _int, "cache_tokens": _int, "total_tokens": _int,
     "served_model": _str, "claude_version": _str, "plugins": _str, "tools": _str,
-    # what the agent did (agent.activity): 'Name:count' pairs, skill names, distinct files
+    # what the agent did (transcript.activity): 'Name:count' pairs, skill names, distinct files
     "tool_calls": _str, "skills_used": _str, "files_read": (int,), "files_written": (int,),
     "edits": (int,), "api_error_status": _int,
     # infra errors retried (cell.run_cell): attempts made, and what the failed ones cost
