@@ -440,11 +440,11 @@ def test_a_round_trip_is_cheap_enough_for_a_differential(tmp_path):
     # many calls finishes and counts them.
     impl = "def add(a, b):\n    return a + b\n"
     code = """
-from pytest_ponybench.scoring import remote
+from pytest_ponybench.scoring import host
 add = find_function(load(FILE), "add")
 for i in range(2000):
     assert add(i, 1) == i + 1
-assert remote.round_trips() >= 2000, remote.round_trips()
+assert host.round_trips() >= 2000, host.round_trips()
 """
     assert judge(tmp_path, impl, code) == checks.Verdict(True, "ok")
 

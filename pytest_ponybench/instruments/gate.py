@@ -93,7 +93,7 @@ TREE_KILL_START = 30.0  # seconds the probe has to start its grandchild (two int
 CACHE_ENV = "PONYBENCH_CACHE_DIR"  # where proofs are remembered; "off" remembers nothing
 # The harness code a proof's outcome depends on: a change to any of them proves everything again.
 HARNESS_SOURCES = ("scoring/checks.py", "scoring/checklib.py", "scoring/check_state.py", "scoring/check_clock.py",
-                   "scoring/check_boundary.py", "scoring/remote.py", "scoring/inputs.py", "scoring/batteries.py",
+                   "scoring/check_boundary.py", "scoring/remote.py", "scoring/host.py", "scoring/inputs.py", "scoring/batteries.py",
                    "scoring/regressions.py", "processes/procs.py", "processes/forkserver.py",
                    "processes/supervisor.py", "cell/workspace.py", "instruments/gate.py", "specs/spec.py",
                    "instruments/mutation.py")  # paths under pytest_ponybench/

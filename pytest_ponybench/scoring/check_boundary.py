@@ -1,7 +1,7 @@
 """The check's side of the trust boundary: how a check reaches the agent's code and programs.
 
 The agent's code (`load`, `agent_module`, `record_calls`, `by_reference`, `subclass`,
-`find_function`, `find_class`) is reached through remote.py's host processes when the check
+`find_function`, `find_class`) is reached through host.py's host processes when the check
 is behind the boundary (check_state.BEHIND_BOUNDARY), else imported here. The programs a check
 starts (`start_process`, and through guard_programs any subprocess, os.popen or os.system of
 the check's process) run as the agent's, in its view without the reference's copy, unless
@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from pytest_ponybench.scoring import check_state, remote
+from pytest_ponybench.scoring import check_state, host, remote
 
 _processes: list[subprocess.Popen] = []  # the programs start_process started (checklib.cleanup kills them)
 
@@ -33,8 +33,8 @@ def load(path, name=None, root=None):
     the trust boundary, in the host process of that tree, as a `remote.Remote` proxy."""
     if check_state.BEHIND_BOUNDARY:
         tree = Path(root or check_state.WORKSPACE).resolve()
-        return remote.host(tree).request("load", None, str(path), name, str(tree))
-    return remote.load_here(path, name, root)
+        return host.host(tree).request("load", None, str(path), name, str(tree))
+    return host.load_here(path, name, root)
 
 
 def agent_module(name: str, reference: bool = False, fresh: bool = False):
@@ -50,7 +50,7 @@ def agent_module(name: str, reference: bool = False, fresh: bool = False):
         return importlib.import_module(name)
     tree = check_state.REFERENCE if reference else check_state.WORKSPACE
     assert tree is not None, "this task has no good reference to compare with (refs.good)"
-    endpoint = remote.host(Path(tree).resolve())
+    endpoint = host.host(Path(tree).resolve())
     if fresh:
         endpoint.request("drop_module", None, name)
     return endpoint.request("module", None, name)
@@ -65,14 +65,14 @@ def record_calls(*names: str, reference: bool = False):
     could forge this log: a spy checks what a fine implementation shows, not a safety rule."""
     calls: dict = {}
     if not check_state.BEHIND_BOUNDARY:  # a task whose checks are not yet behind the boundary
-        index = remote._record_start(None, None, list(names))
+        index = host._record_start(None, None, list(names))
         try:
             yield calls
         finally:
-            calls.update(remote._record_stop(None, None, index))
+            calls.update(host._record_stop(None, None, index))
         return
     tree = check_state.REFERENCE if reference else check_state.WORKSPACE
-    endpoint = remote.host(Path(tree).resolve())
+    endpoint = host.host(Path(tree).resolve())
     index = endpoint.request("record_start", None, list(names))
     try:
         yield calls
@@ -171,13 +171,13 @@ def http(method, url, body=None, headers=None, timeout=5):
 
 def _untrusted_child() -> None:
     """preexec of the reference's programs: the sandbox's unprivileged user where there is one."""
-    remote.become_untrusted()
+    host.become_untrusted()
 
 
 def _agent_child() -> None:
     """preexec of the agent's programs: that user too, in the view without the reference's copy."""
-    remote.become_untrusted()
-    remote.enter_agent_view()
+    host.become_untrusted()
+    host.enter_agent_view()
 
 
 def _preexec(argv=(), cwd=None):
@@ -190,7 +190,7 @@ def _preexec(argv=(), cwd=None):
         return None
     if not getattr(sandbox, "IN_SANDBOX", False):
         return None
-    if remote.is_reference(cwd) or any(remote.is_reference(a) for a in argv if os.path.isabs(str(a))):
+    if host.is_reference(cwd) or any(host.is_reference(a) for a in argv if os.path.isabs(str(a))):
         return _untrusted_child
     return _agent_child
 
@@ -200,7 +200,7 @@ class _ProgramOfTheCheck(subprocess.Popen):
     check's own `subprocess.run([sys.executable, "todo.py", ...])`) runs as `start_process`
     would start it, so the agent's program never sees the reference's copy whichever way the
     check starts it. A `preexec_fn` of the check's own runs after. Only in the check's own
-    process: a host forked from it (remote.py) runs the agent's or the reference's code in its
+    process: a host forked from it (host.py) runs the agent's or the reference's code in its
     view already, and its programs stay there as they would anywhere."""
 
     check_pid: int | None = None

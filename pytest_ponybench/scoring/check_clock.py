@@ -63,7 +63,7 @@ def fake_clock(start: float = 1_704_067_200.0):
     patches = {"time": lambda: clock.now, "time_ns": lambda: int(clock.now * 1e9),
                "monotonic": lambda: clock.monotonic, "monotonic_ns": lambda: int(clock.monotonic * 1e9)}
     for function in patches.values():
-        function._ponybench_check_side = True  # a host calls it back (remote._check_side)
+        function._ponybench_check_side = True  # a host calls it back (host._check_side)
     saved = {name: getattr(time, name) for name in patches}
     try:
         for name, function in patches.items():

@@ -2,7 +2,7 @@
 agent's code is behind the trust boundary, and the check code's namespace.
 
 Set at run time, in the check's process by checks.run_here (and checklib.namespace), and in a
-host process by remote.start_host; read at call time by remote, check_boundary and checklib
+host process by host.start_host; read at call time by host, check_boundary and checklib
 (which shows them as `checklib.WORKSPACE`, ...). The one place these values live, so no layer
 keeps a copy of its own that goes stale; it imports nothing of the package, so every layer
 may read it.

@@ -50,9 +50,10 @@ Following the ticket rather than a list of payloads (docs/writing-tasks.md):
   shebang and no `.py`, `node` entry files and the modules that start a server)
 
 This module is the API's one face (task code also reads `checklib.WORKSPACE`, `checklib.REFERENCE`,
-...); what remote.py and regressions.py need lives below it, so nothing imports back up:
+...); what host.py, remote.py and regressions.py need lives below it, so nothing imports back up:
 check_state.py (where the check runs), check_clock.py (the fake clock), check_boundary.py
-(reaching the agent's code and programs), remote.py (the trust boundary itself).
+(reaching the agent's code and programs), remote.py (the trust boundary's protocol) and host.py
+(the host processes where the agent's code runs).
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from pytest_ponybench.scoring import batteries, check_state, inputs, remote
+from pytest_ponybench.scoring import batteries, check_state, host, inputs
 # What the check code sees, made in the modules below (which regressions.py uses too):
 from pytest_ponybench.scoring.check_boundary import (_STARTERS, _agent_child, _in_the_check, _preexec,
                                                      _processes, _ProgramOfTheCheck, _untrusted_child,
@@ -83,10 +84,10 @@ from pytest_ponybench.scoring.check_boundary import (_STARTERS, _agent_child, _i
 from pytest_ponybench.scoring.check_clock import (_REAL_DATE, _REAL_DATETIME, Clock, FakeDate, FakeDatetime,
                                                   fake_clock)  # noqa: F401
 from pytest_ponybench.scoring.regressions import notes_app_regressions
-from pytest_ponybench.scoring.remote import _counter, load_here  # noqa: F401
+from pytest_ponybench.scoring.host import _counter, load_here  # noqa: F401
 
 # Where the check runs (WORKSPACE, REFERENCE, BEHIND_BOUNDARY, CHECK_GLOBALS) lives in
-# check_state, which checks.run_here and remote.start_host set at run time: a copy here would
+# check_state, which checks.run_here and host.start_host set at run time: a copy here would
 # keep the value of the day it was made, so `checklib.WORKSPACE` (task code reads it) reads
 # check_state's through this. Set them there, not here.
 _STATE = ("WORKSPACE", "REFERENCE", "BEHIND_BOUNDARY", "CHECK_GLOBALS")
@@ -396,7 +397,7 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
 
 
 def cleanup() -> None:
-    remote.close_hosts()
+    host.close_hosts()
     for proc in _processes:
         if proc.poll() is None:
             proc.kill()

@@ -231,13 +231,13 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
     and this process, which alone writes the verdict, never imports it. A host that died or
     broke the protocol fails the check whatever the check code caught. Without `boundary`
     (a task marked `checks_in_process`) the agent's modules are imported here, as before."""
-    from pytest_ponybench.scoring import check_state, checklib, remote  # with its imports, before an agent's json.py or http.py can shadow them
+    from pytest_ponybench.scoring import check_state, checklib, host, remote  # with its imports, before an agent's json.py or http.py can shadow them
 
     verdict_fd = _open_verdict(verdict_path)
     if sandbox.IN_SANDBOX and boundary and reference:
         # Made while this process is root: the view the agent's code runs in, without the
         # reference's copy (sandbox.agent_view; its hosts and programs join it).
-        remote.AGENT_VIEW = sandbox.agent_view([reference])
+        host.AGENT_VIEW = sandbox.agent_view([reference])
         checklib.guard_programs()  # the agent's programs a check starts its own way join that view too
     # In the sandbox this process drops to the untrusted user too: what the check makes in
     # the copy (folders, files, a database) must be the agent's code's to write. The verdict
@@ -253,8 +253,8 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
     check_state.REFERENCE = Path(reference) if reference else None
     check_state.BEHIND_BOUNDARY = boundary
     if boundary:
-        remote._set_non_dumpable()  # no host may ptrace this process or read its memory
-        remote.adopt_orphans()  # what a host leaves running ends before the verdict is written
+        host._set_non_dumpable()  # no host may ptrace this process or read its memory
+        host.adopt_orphans()  # what a host leaves running ends before the verdict is written
         # Nothing of the workspace is importable here: the check never runs the agent's module
         # by importing it by name; the hosts put their own tree first on their path.
         sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
@@ -271,7 +271,7 @@ def run_here(code: str, verdict_path: str, entry: str, reference: str = "", boun
     finally:
         checklib.cleanup()
         if boundary:
-            remote.kill_descendants()
+            host.kill_descendants()
     if remote.broken():  # checked after the check code, whatever it caught
         verdict = {"ok": False, "reason": remote.broken(), **({"check": verdict["check"]} if "check" in verdict else {})}
     _write_verdict(verdict_fd, verdict)

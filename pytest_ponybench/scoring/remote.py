@@ -1,9 +1,11 @@
-"""The trust boundary between a check (trusted) and the agent's code (untrusted).
+"""The trust boundary between a check (trusted) and the agent's code (untrusted): the protocol
+both sides speak. What a host process does (its operations, starting it, what the check
+patched) is host.py's.
 
 A check's own process runs the task author's check code and writes the verdict. The agent's
 code never runs there: `checklib.load` forks a *host* process per tree (the delivered copy,
-the reference copy, a non-ASCII copy), imports the agent's module in it and hands the check
-a `Remote` proxy. Every use of the proxy (an attribute, a call, an item, iteration, a
+the reference copy, a non-ASCII copy; host.py), imports the agent's module in it and hands the
+check a `Remote` proxy. Every use of the proxy (an attribute, a call, an item, iteration, a
 comparison, len, bool, hash, str, repr, isinstance) is one request over a socketpair, and
 only data crosses: JSON with a 4-byte length prefix, tagged for what JSON lacks (tuples,
 sets, bytes, Decimal, dates, big ints, NaN, dataclass fields). Never a pickle: nothing the
@@ -11,30 +13,30 @@ host sends can make the check run code of its choosing.
 
 Objects that are not data stay where they were made and cross as handles: an agent object
 is a `Remote` in the check; a callable the check passes (a clock lambda, a spy, a fake
-gateway) is a proxy in the host that calls back into the check, which serves such requests
-while it waits for its own reply. The host may only call what the check handed it and read
-its public attributes: it gets no `__globals__`, no module, no setattr on the check's side.
-
-The host is forked from the check at its first load, so it starts with the check's state:
-sys.path, the fake clock and time zone, the stdlib functions the check patched before
-loading (which become call-backs into the check, so a counting spy counts where the check
-reads it). Later changes of the working directory and of os.environ (TZ included) follow
-each request. After the fork the host closes every fd but its socket and stdio, becomes
-non-dumpable and, where `sandbox.py` exists, drops to an unprivileged user.
+gateway) is a proxy in the host (`CheckObject`) that calls back into the check, which serves
+such requests while it waits for its own reply. What each side may ask of the other is the
+table of operations its `Endpoint` serves (host.HOST_OPS, host.TRUSTED_OPS), handed to it by
+whoever makes it: the host may only call what the check handed it and read its public
+attributes: it gets no `__globals__`, no module, no setattr on the check's side. Changes of the
+check's working directory and of os.environ (TZ included) go with each request.
 
 A host that dies, sends garbage, a message over MESSAGE_LIMIT or a value nested deeper
 than DEPTH_LIMIT is killed and marks the check broken: `checks.run_here` then writes a
 failing verdict, whatever the check code caught.
+
+Whole at about 800 lines: the framing, the codec and the proxies are one protocol (decoding
+makes proxies, every proxy use is a request, a request waits while serving the other side's),
+and a part cut off would import the rest as the rest imports it.
+
+Imports only the standard library: never host.py, which builds on this module (an import of
+it here, even inside a function, would be a cycle).
 """
 from __future__ import annotations
 
 import base64
 import builtins
-import ctypes
 import dataclasses
 import datetime as _dt
-import importlib.util
-import itertools
 import json
 import math
 import os
@@ -44,10 +46,7 @@ import struct
 import sys
 import time
 from decimal import Decimal
-from pathlib import Path
 
-from pytest_ponybench.processes import procs
-from pytest_ponybench.scoring import check_clock, check_state
 
 MESSAGE_LIMIT = 32 * 1024 * 1024  # bytes of one message from the host
 DEPTH_LIMIT = 120  # nesting of one value
@@ -60,9 +59,6 @@ class AgentProcessDied(BaseException):
     check's `except Exception` (a refusal is fine) must not read a dead host as a refusal."""
 
 
-# Handles of the view without the good reference's copy (sandbox.agent_view), made by the
-# check's process in the sandbox: the hosts of the agent's trees and its programs join it.
-AGENT_VIEW: tuple[int, int] | None = None
 _broken: list[str] = []
 _reply_errors: list = []  # the last exception a reply carried (not an interruption of the wait)
 
@@ -76,49 +72,6 @@ def _is_reply_error(exc) -> bool:
 
 def broken() -> str | None:
     return _broken[0] if _broken else None
-
-
-def _set_non_dumpable() -> None:
-    """PR_SET_DUMPABLE 0: no process of the same user may ptrace this one or read its memory."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except (OSError, AttributeError):
-        pass
-
-
-def is_reference(path) -> bool:
-    """Is `path` the good reference's copy, or in it (a tree the reference's host runs)?"""
-    if check_state.REFERENCE is None or not path:
-        return False
-    reference = os.path.realpath(str(check_state.REFERENCE))
-    real = os.path.realpath(str(path))
-    return real == reference or real.startswith(reference.rstrip("/") + "/")
-
-
-def enter_agent_view() -> None:
-    """In a process that will run the agent's code: the view without the reference's copy,
-    where the check made one (AGENT_VIEW); else nothing."""
-    if AGENT_VIEW is not None:
-        from pytest_ponybench.processes import sandbox
-
-        sandbox.enter_agent_view(AGENT_VIEW)
-
-
-def become_untrusted() -> None:
-    """Drop to the sandbox's unprivileged user where sandbox.py provides it and this check
-    runs in its sandbox (`sandbox.IN_SANDBOX`: its copies handed over to that user), unless
-    this process already is that user; else nothing."""
-    try:
-        from pytest_ponybench.processes import sandbox  # type: ignore[attr-defined]
-    except ImportError:
-        return
-    drop = getattr(sandbox, "become_untrusted", None)
-    if drop is None or not getattr(sandbox, "IN_SANDBOX", False):
-        return
-    if os.geteuid() == getattr(sandbox, "UNTRUSTED_UID", None):
-        return
-    drop()
 
 
 # Values ---------------------------------------------------------------------------------------
@@ -176,9 +129,15 @@ class Endpoint:
     """One side of the socket: its own exported objects, proxies of the other side's, and the
     request loop that serves the other side's requests while waiting for its own reply."""
 
-    def __init__(self, sock: socket.socket, trusted: bool, name: str = "agent"):
+    def __init__(self, sock: socket.socket, trusted: bool, name: str = "agent", *, ops: dict, sync=None):
         self.sock = sock
         self.trusted = trusted  # the check's side: limits what arrives, refuses most requests
+        # What this side does for the other's requests (host.TRUSTED_OPS on the check's side,
+        # host.HOST_OPS in the host) and, on the check's side, how it forwards what the check
+        # patched (host.sync_patches): handed in by whoever makes the endpoint (host.start_host)
+        # because host.py builds on this module, which must not import it back.
+        self.ops = ops
+        self.sync = sync
         self.name = name
         self.objects: dict[int, object] = {}
         self.next_id = 1
@@ -301,7 +260,7 @@ class Endpoint:
         if self.trusted:
             self.calls += 1
             if not self.syncing and _clock_points() != self.clock_seen:
-                self.sync_patches()
+                self.sync(self)
             cwd = os.getcwd()
             if cwd != self.cwd:
                 message["cwd"] = self.cwd = cwd
@@ -346,7 +305,7 @@ class Endpoint:
                 if "env" in message:
                     _apply_environ(message["env"])
             op = message["q"]
-            handler = (TRUSTED_OPS if self.trusted else HOST_OPS).get(op)
+            handler = self.ops.get(op)
             if handler is None:
                 raise PermissionError(f"the boundary does not let the agent's code {op!r} the check's objects")
             target = None
@@ -374,22 +333,6 @@ class Endpoint:
             if "q" not in message:
                 continue
             self.serve(message)
-
-    def sync_patches(self) -> None:
-        """Make the stdlib functions the check patched (a spy, the fake clock) call back into
-        the check from the host, and the host's datetime classes follow the fake clock's."""
-        self.syncing = True
-        try:
-            self.clock_seen = _clock_points()
-            new = [[module, attr] for module, attr, _ in _patched_functions(self.skip_roots)
-                   if (module, attr) not in self.forwarded]
-            fake = sys.modules["datetime"].datetime is check_clock.FakeDatetime
-            if new or fake != self.fake_datetime:
-                self.forwarded.update((module, attr) for module, attr in new)
-                self.fake_datetime = fake
-                self.request("patch", None, new, fake)
-        finally:
-            self.syncing = False
 
     # exports ----------------------------------------------------------------------------
     def export(self, value) -> dict:
@@ -850,147 +793,6 @@ class _ByReference:
     value: object
 
 
-# What each side does for the other -----------------------------------------------------------
-
-def _compare(endpoint, target, op, other):
-    import operator
-    return bool(getattr(operator, op)(target, other))
-
-
-def _exact_str(value) -> str:
-    if type(value) is not str:
-        raise TypeError(f"__str__ returned {type(value).__name__}, not str")
-    return value[:REPR_LIMIT]
-
-
-def _exact_int(value) -> int:
-    if type(value) is bool:
-        return value
-    if not isinstance(value, int):
-        raise TypeError(f"returned {type(value).__name__}, not int")
-    return int.__int__(value)
-
-
-def _find_function(endpoint, module, *names):
-    for name in names:
-        candidate = getattr(module, name, None)
-        if callable(candidate):
-            return candidate
-    raise AssertionError(f"no function named any of {', '.join(names)}")
-
-
-def _find_class(endpoint, module, method, *names):
-    for name in names:
-        value = getattr(module, name, None)
-        if isinstance(value, type) and callable(getattr(value, method, None)):
-            return value
-    for value in list(vars(module).values()):
-        if isinstance(value, type) and value.__module__ == module.__name__ and callable(getattr(value, method, None)):
-            return value
-    raise AssertionError(f"no class {'named ' + ' or '.join(names) + ' ' if names else ''}with a method {method}()")
-
-
-_counter = itertools.count()  # the new module name of each load_here
-
-
-def load_here(path, name=None, root=None):
-    """The module at `path` (of the workspace, or of `root`) imported for real, in this
-    process, under a new name each call (two loads never share state): what a host does for
-    the check's `load`, and what `load` does itself when the check is not behind the boundary."""
-    target = (Path(root or check_state.WORKSPACE) / path).resolve()
-    assert target.is_file(), f"{path} was not written"
-    module_name = name or f"_pony_{target.stem}_{next(_counter)}"
-    spec = importlib.util.spec_from_file_location(module_name, target)
-    assert spec is not None and spec.loader is not None, f"{path} is not importable Python"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-def _load(endpoint, target, path, name, root):
-    return load_here(path, name=name, root=root)
-
-
-def _module(endpoint, target, name):
-    import importlib
-    return importlib.import_module(name)
-
-
-def _drop_module(endpoint, target, name):
-    return sys.modules.pop(name, None) is not None
-
-
-def _set_module(endpoint, target, name, value):
-    sys.modules[name] = value
-    return None
-
-
-def _patch(endpoint, target, points, fake_datetime):
-    """In the host: forward each patched function to the check's current one."""
-    import importlib
-
-    for module, attr in points:
-        def forward(*args, _module=module, _attr=attr, **kwargs):
-            return endpoint.request("patched", None, _module, _attr, list(args), kwargs)
-        forward.__name__ = str(attr)
-        setattr(importlib.import_module(module), attr, forward)
-    if fake_datetime:
-        sys.modules["datetime"].datetime, sys.modules["datetime"].date = check_clock.FakeDatetime, check_clock.FakeDate
-    else:
-        sys.modules["datetime"].datetime, sys.modules["datetime"].date = check_clock._REAL_DATETIME, check_clock._REAL_DATE
-    return None
-
-
-def _resolve(dotted: str):
-    """(owner, attribute name) of a dotted name: the longest importable module, then attributes."""
-    import importlib
-    parts = dotted.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            owner = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for part in parts[cut:-1]:
-            owner = getattr(owner, part)
-        return owner, parts[-1]
-    raise LookupError(f"record_calls: {dotted} names no importable module's attribute")
-
-
-_recording: list = []
-
-
-def _record_start(endpoint, target, names):
-    """In the host: wrap each named function so its calls are logged, arguments and all."""
-    log: dict = {name: [] for name in names}
-    saved = []
-    for name in names:
-        owner, attr = _resolve(name)
-        original = getattr(owner, attr)
-
-        def wrapper(*args, _log=log[name], _original=original, **kwargs):
-            _log.append((args, kwargs))
-            return _original(*args, **kwargs)
-        saved.append((owner, attr, original))
-        setattr(owner, attr, wrapper)
-    _recording.append((log, saved))
-    return len(_recording) - 1
-
-
-def _record_stop(endpoint, target, index):
-    log, saved = _recording[index]
-    for owner, attr, original in reversed(saved):
-        setattr(owner, attr, original)
-    return {name: [[list(args), kwargs] for args, kwargs in calls] for name, calls in log.items()}
-
-
-def _patched_call(endpoint, target, module, attr, args, kwargs):
-    """In the check: the host's call of a function the check patched, run as the check has it now."""
-    if (module, attr) not in endpoint.forwarded:
-        raise PermissionError(f"{module}.{attr} is no function the check patched")
-    return getattr(sys.modules[module], attr)(*args, **kwargs)
-
-
 _CLOCK_POINTS = (("time", "time"), ("time", "monotonic"), ("time", "time_ns"), ("time", "monotonic_ns"),
                  ("datetime", "datetime"), ("datetime", "date"))
 
@@ -999,250 +801,3 @@ def _clock_points() -> tuple:
     """What the fake clock patches, cheaply compared on every request: a change means a sync."""
     return tuple(id(getattr(sys.modules.get(module), attr, None)) for module, attr in _CLOCK_POINTS)
 
-
-HOST_OPS = {
-    "getattr": lambda ep, t, name: getattr(t, name),
-    "getref": lambda ep, t, name: _ByReference(getattr(t, name)),
-    "subclass": lambda ep, t, name: type(name, (t,), {"__module__": getattr(t, "__module__", "agent")}),
-    "setattr": lambda ep, t, name, value: setattr(t, name, value),
-    "delattr": lambda ep, t, name: delattr(t, name),
-    "call": lambda ep, t, args, kwargs: t(*args, **kwargs),
-    "getitem": lambda ep, t, key: t[key],
-    "setitem": lambda ep, t, key, value: t.__setitem__(key, value),
-    "delitem": lambda ep, t, key: t.__delitem__(key),
-    "contains": lambda ep, t, item: bool(item in t) is True,
-    "len": lambda ep, t: _exact_int(len(t)),
-    "iter": lambda ep, t: iter(t),
-    "next": lambda ep, t: next(t),
-    "bool": lambda ep, t: bool(t) is True,
-    "hash": lambda ep, t: _exact_int(hash(t)),
-    "str": lambda ep, t: _exact_str(str(t)),
-    "repr": lambda ep, t: _exact_str(repr(t)),
-    "format": lambda ep, t, spec: _exact_str(format(t, spec)),
-    "int": lambda ep, t: _exact_int(int(t)),
-    "float": lambda ep, t: float.__float__(float(t)),
-    "index": lambda ep, t: _exact_int(t.__index__()),
-    "enter": lambda ep, t: t.__enter__(),
-    "exit": lambda ep, t: bool(t.__exit__(None, None, None)) is True,
-    "compare": lambda ep, t, op, other: bool(_compare(ep, t, op, other)) is True,
-    "isinstance": lambda ep, t, value: isinstance(value, t) is True,
-    "issubclass": lambda ep, t, value: issubclass(value, t) is True,
-    "find_function": lambda ep, t, *names: _find_function(ep, t, *names),
-    "find_class": lambda ep, t, method, *names: _find_class(ep, t, method, *names),
-    "load": _load,
-    "module": _module,
-    "drop_module": _drop_module,
-    "set_module": _set_module,
-    "patch": _patch,
-    "record_start": _record_start,
-    "record_stop": _record_stop,
-    "ping": lambda ep, t: None,
-}
-
-
-def _public(name: str) -> str:
-    if not isinstance(name, str) or name.startswith("_"):
-        raise PermissionError(f"the agent's code may not read {name!r} of the check's objects")
-    return name
-
-
-def _check_attribute(endpoint, target, name):
-    value = getattr(target, _public(name))
-    if type(value).__name__ == "module" or isinstance(value, type(sys._getframe())):
-        raise PermissionError(f"the agent's code may not reach the check's {name!r}")
-    return value
-
-
-# What the agent's code may do with an object the check handed it: use it, not reach past it.
-TRUSTED_OPS = {
-    "call": lambda ep, t, args, kwargs: t(*args, **kwargs),
-    "getattr": _check_attribute,
-    "getitem": lambda ep, t, key: t[key],
-    "contains": lambda ep, t, item: item in t,
-    "len": lambda ep, t: len(t),
-    "iter": lambda ep, t: iter(t),
-    "next": lambda ep, t: next(t),
-    "bool": lambda ep, t: bool(t),
-    "hash": lambda ep, t: hash(t),
-    "str": lambda ep, t: str(t),
-    "repr": lambda ep, t: repr(t),
-    "format": lambda ep, t, spec: format(t, spec),
-    "enter": lambda ep, t: t.__enter__(),
-    "exit": lambda ep, t: bool(t.__exit__(None, None, None)),
-    "compare": lambda ep, t, op, other: _compare(ep, t, op, other),
-    "patched": _patched_call,
-}
-
-
-# Hosts ----------------------------------------------------------------------------------------
-
-_hosts: dict[str, Endpoint] = {}
-
-
-_FUNCTION_TYPE = type(lambda: None)
-_METHOD_TYPE = type(Record.__init__.__get__(object()))
-
-
-def _check_side(value) -> bool:
-    """Was `value` made by the check (its code, or a helper marking it so)? Patched into the
-    stdlib, the host calls it back instead of running its own copy. Cheap: it is asked of
-    every attribute of every module at each load."""
-    kind = type(value)
-    if kind is _FUNCTION_TYPE:
-        return value.__code__.co_filename == "<check>" or value.__dict__.get("_ponybench_check_side") is True
-    if kind is _METHOD_TYPE:
-        return _check_side(value.__func__)
-    return getattr(kind, "__module__", None) == CHECK_MODULE and callable(value)
-
-
-CHECK_MODULE = "__ponybench_check__"  # the __name__ of a check's namespace (checklib.namespace)
-
-
-# The harness's own packages: a check patches what the agent's code uses, never these.
-_NEVER_PATCHED = {"hypothesis", "pytest_ponybench", "_pytest", "pytest", "pluggy", "typing_extensions", "_hypothesis_globals",
-                  "_hypothesis_ftz_detector", "yaml", "encodings"}
-
-
-def _candidate_modules() -> list:
-    """The modules a check can have patched: those its code names (`import hmac` then
-    `hmac.compare_digest = spy`), their submodules, and what the helpers patch (time,
-    datetime, builtins). Not all of sys.modules: looking at every attribute of every module
-    costs a check tens of ms after a fork (each look writes a reference count, so the page is
-    copied)."""
-    names = {"time", "datetime", "builtins"}
-    scope = check_state.CHECK_GLOBALS
-    if scope is None:
-        return list(sys.modules.items())
-    module_type = type(sys)
-    for value in list(scope.values()):
-        if type(value) is module_type:
-            names.add(value.__name__)
-            names.update(v.__name__ for v in list(vars(value).values()) if type(v) is module_type)
-        else:
-            owner = getattr(value, "__module__", None)  # `from hmac import compare_digest`: hmac
-            if isinstance(owner, str):
-                names.add(owner)
-    return [(name, sys.modules[name]) for name in names if name in sys.modules]
-
-
-def _patched_functions(skip_roots) -> list[tuple[str, str, object]]:
-    """Every module attribute the check set to one of its own callables (`_check_side`),
-    inlined: this looks at every attribute of every module at each load."""
-    found = []
-    function, method = _FUNCTION_TYPE, _METHOD_TYPE
-    for module_name, module in _candidate_modules():
-        if module_name.partition(".")[0] in _NEVER_PATCHED:
-            continue
-        try:
-            items = list(vars(module).items())
-        except TypeError:
-            continue
-        for attr, value in items:
-            kind = type(value)
-            if kind is function:
-                if value.__code__.co_filename != "<check>" and "_ponybench_check_side" not in value.__dict__:
-                    continue
-            elif kind is method:
-                if not _check_side(value.__func__):
-                    continue
-            elif kind.__module__ != CHECK_MODULE or not callable(value):
-                continue
-            file = getattr(module, "__file__", None) or ""
-            if not any(file.startswith(root) for root in skip_roots):
-                found.append((module_name, attr, value))
-    return found
-
-
-def host(root) -> Endpoint:
-    """The host process of one tree (forked on first use), its patches synced with the check's
-    (a load or agent_module: what the check patched since is what the agent's code sees)."""
-    key = str(root)
-    endpoint = _hosts.get(key)
-    if endpoint is None or endpoint.dead:
-        if endpoint is not None and endpoint.dead:
-            raise AgentProcessDied(_broken[0] if _broken else "the agent's process is gone")
-        endpoint = _hosts[key] = start_host(key)
-    endpoint.sync_patches()
-    return endpoint
-
-
-def start_host(root: str) -> Endpoint:
-    ours, theirs = socket.socketpair()
-    endpoint = Endpoint(ours, trusted=True, name=root)
-    endpoint.skip_roots = [str(check_state.WORKSPACE), str(root)] + ([str(check_state.REFERENCE)] if check_state.REFERENCE else [])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the host: the agent's code runs here and nowhere else
-        code = 0
-        try:
-            ours.close()
-            if not is_reference(root):  # the agent's code: it must not see the answer key
-                enter_agent_view()
-            keep = theirs.fileno()
-            os.closerange(3, keep)
-            os.closerange(keep + 1, 1 << 16)
-            _set_non_dumpable()
-            become_untrusted()
-            _hosts.clear()
-            side = Endpoint(theirs, trusted=False, name="host")
-            if root not in sys.path:
-                sys.path.insert(0, root)
-            check_state.BEHIND_BOUNDARY = False  # in here, load() imports for real
-            side.serve_forever()
-        except BaseException:
-            code = 70
-        finally:
-            os._exit(code)
-    theirs.close()
-    endpoint.pid = pid
-    return endpoint
-
-
-def adopt_orphans() -> None:
-    """PR_SET_CHILD_SUBREAPER: a process a host forks and orphans (a daemon, a pid hopper)
-    becomes this process's child, not init's, so kill_descendants finds it."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER = 36
-    except (OSError, AttributeError):
-        pass
-
-
-def kill_descendants(rounds: int = 200) -> None:
-    """SIGKILL every process under this one, orphans adopted included, until none is left."""
-    me = os.getpid()
-    for _ in range(rounds):
-        children = procs.descendants(me) if os.path.isdir("/proc") else []
-        if not children:
-            return
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.002)
-        while True:  # reap what died; what was adopted meanwhile is the next round's
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-
-
-def close_hosts() -> None:
-    """End every host (the check is over); a host that already died is reaped."""
-    for endpoint in list(_hosts.values()):
-        if endpoint.pid:
-            try:
-                os.kill(endpoint.pid, signal.SIGKILL)
-                os.waitpid(endpoint.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            endpoint.pid = 0
-        endpoint.dead = True
-    _hosts.clear()
-
-
-def round_trips() -> int:
-    return sum(e.calls for e in _hosts.values())
