@@ -295,6 +295,7 @@ def test_a_forked_check_imports_nothing_its_fork_server_has_not_imported(tmp_pat
             __import__(module)
         before = set(sys.modules)
         from pytest_ponybench import checklib
+        from pytest_ponybench.graders import assert_graders  # what the checks of plugin evals import
         from pytest_ponybench.scoring import checks
         checklib.namespace("x.py")
         supervisor._limits(1024)

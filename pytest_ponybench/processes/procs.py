@@ -68,8 +68,12 @@ KILLED = 137  # the exit code reported when a supervisor died without saying its
 # Modules the server imports once, so that a forked check finds them warm: the helper API,
 # everything a check's namespace holds, and their standard-library imports, loaded before an
 # agent's json.py could shadow them. A module missing here is imported anew in every check.
-WARM_MODULES = ("pytest_ponybench.scoring.check_state", "pytest_ponybench.scoring.check_clock", "pytest_ponybench.scoring.check_boundary",
-                "pytest_ponybench.checklib", "pytest_ponybench.scoring.checks", "pytest_ponybench.scoring.regressions")
+# The root names `checklib` and `graders` are what check code imports (task files, the checks
+# generated for plugin evals): warm too, since a check's untrusted user may not be able to read
+# the checkout to import them (a clone in a 0700 folder).
+WARM_MODULES = ("pytest_ponybench.scoring.check_state", "pytest_ponybench.scoring.check_clock",
+                "pytest_ponybench.scoring.check_boundary", "pytest_ponybench.checklib", "pytest_ponybench.graders",
+                "pytest_ponybench.scoring.checks", "pytest_ponybench.scoring.regressions")
 MESSAGE_LIMIT = 4 * 1024 * 1024  # bytes of one request (argv, environment, check code)
 # The fork server's module, run with `--serve` (named, not imported: the server imports us).
 SERVER_MODULE = "pytest_ponybench.processes.forkserver"
