@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ponybench.cell import agent, confine as confinement, lifecycle
 from pytest_ponybench.cell.lifecycle import Cell, CellContext
 from pytest_ponybench.run import options
 from pytest_ponybench.run.collect import arm_placeholder
@@ -82,9 +83,7 @@ class PonybenchState:
         """The run's kept cells with their records verified (cell.rescore_survey), once per
         process: the controller's refused lines and every task's collection read it."""
         if self.rescore_kept is None:
-            from pytest_ponybench.cell.lifecycle import rescore_survey
-
-            self.rescore_kept = rescore_survey(self.run_dir)
+            self.rescore_kept = lifecycle.rescore_survey(self.run_dir)
         return self.rescore_kept
 
     def kept_result(self, cell: Cell) -> dict | None:
@@ -94,9 +93,7 @@ class PonybenchState:
             return self.fleet.kept_result(cell)
         if self.settings.resume is None:
             return None
-        from pytest_ponybench.cell.lifecycle import kept_result
-
-        return kept_result(cell, self.run_dir)
+        return lifecycle.kept_result(cell, self.run_dir)
 
     def spent(self) -> float:
         """What the run has spent so far, as far as this process can know."""
@@ -128,8 +125,6 @@ class PonybenchState:
         --ponybench-no-confine, else where the trial sandbox of this host worked."""
         if self.settings.confine is False:
             return False
-        from pytest_ponybench.cell import agent, confine as confinement
-
         box = confinement.sandbox()
         if self.settings.confine is True and not box.works:
             raise agent.CliMissing(f"--ponybench-confine: {box.problem}")
@@ -137,8 +132,6 @@ class PonybenchState:
 
     def agent_limits(self):
         """The cgroup limits of each cell's agent (agent.AgentLimits)."""
-        from pytest_ponybench.cell import agent
-
         return agent.AgentLimits(memory=self.settings.agent_memory, pids=self.settings.agent_pids)
 
     def cell_context(self, hook) -> CellContext:
