@@ -80,7 +80,8 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "delivered": _bool, "files": (int,), "src_files": (int,), "total_loc": (int,),
     "src_loc": (int,), "test_files": (int,), "test_loc": (int,),
     # usage (transcript.usage_metrics)
-    "cost_usd": _num, "duration_ms": _int, "turns": _int, "denials": _int,
+    # cost_estimated: no result line gave the cost, so it is the counted tokens at list price
+    "cost_usd": _num, "cost_estimated": _bool, "cost_note": _str, "duration_ms": _int, "turns": _int, "denials": _int,
     "in_tokens": _int, "out_tokens": _int, "cache_tokens": _int, "total_tokens": _int,
     "served_model": _str, "claude_version": _str, "plugins": _str, "tools": _str,
     # what the agent did (transcript.activity): 'Name:count' pairs, skill names, distinct files
