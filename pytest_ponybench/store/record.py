@@ -71,6 +71,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
     # how the agent run ended
     "status": _str, "ran": _bool, "error": _str, "rehearsal": _bool, "reused": _bool,
     "escaped": _str, "workspace": _str,
+    "skipped_files": _str,  # what the agent left that no program can copy, removed and named (workspace.py)
     "workspace_cut": _str,  # only on a remote worker's cell whose workspace did not all fit home (fleet.py)
     # verdicts
     # None: the task has no check on that axis, so the axis was not measured (never a pass)
