@@ -345,3 +345,24 @@ def test_a_tree_deeper_than_the_recursion_limit_is_removed(tmp_path):
         os.close(here)
     workspace.fresh(top)
     assert list(top.iterdir()) == []
+
+
+def test_only_the_workspace_is_pruned_never_what_a_link_in_its_place_leads_to(tmp_path):
+    import os
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.mkfifo(outside / "pipe")
+    os.symlink("/etc/hostname", outside / "out.txt")
+    (tmp_path / "ws").symlink_to(outside)
+    assert workspace.remove_uncopyable(tmp_path / "ws") == ""
+    assert sorted(p.name for p in outside.iterdir()) == ["out.txt", "pipe"]
+    # The same entries in a workspace go, named; a link that stays inside stays.
+    ws = tmp_path / "real-ws"
+    ws.mkdir()
+    os.mkfifo(ws / "pipe")
+    os.symlink("/etc/hostname", ws / "out.txt")
+    (ws / "inside.txt").symlink_to("pipe-free.txt")
+    named = workspace.remove_uncopyable(ws)
+    assert "pipe: a named pipe (FIFO)" in named and "out.txt: a link that leads outside the workspace" in named
+    assert sorted(p.name for p in ws.iterdir()) == ["inside.txt"]

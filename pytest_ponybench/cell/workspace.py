@@ -252,6 +252,8 @@ def remove_uncopyable(workspace: Path) -> str:
 
     One walk without recursion; no link is followed."""
     ws = Path(workspace)
+    if ws.is_symlink() or not ws.is_dir():  # a link put in its place: never walk (and prune) its target
+        return ""
     real = os.path.realpath(ws)
     named: list[str] = []
     count = 0
