@@ -27,7 +27,7 @@ A host that dies, sends garbage, a message over MESSAGE_LIMIT or a value nested 
 than DEPTH_LIMIT is killed and marks the check broken: `checks.run_here` then writes a
 failing verdict, whatever the check code caught.
 
-Whole at about 800 lines: the framing, the codec and the proxies are one protocol (decoding
+Whole at about 900 lines: the framing, the codec and the proxies are one protocol (decoding
 makes proxies, every proxy use is a request, a request waits while serving the other side's),
 and a part cut off would import the rest as the rest imports it.
 
