@@ -610,7 +610,8 @@ def may_cross_as_stub(value) -> bool:
     """May this object of the check's side cross to the agent's code as a handle, whose every
     use runs back in the check's process (which sees the reference)? Only the stubs a ticket's
     interface needs, written in the check's code: its functions and lambdas (a clock), its
-    classes and their instances (a fake gateway) and their methods and generators, plus
+    classes and their instances (a fake gateway) and their methods and generators, a helper's
+    function or class marked `_ponybench_check_side` (fake_clock's, regressions' clock), plus
     iterators over data. Whatever they give back crosses by the same rule. A path, a file, a
     module, a function or object of the standard library or of the harness never does: its
     methods would read and write with the check's view."""
@@ -619,7 +620,7 @@ def may_cross_as_stub(value) -> bool:
     if isinstance(value, type):
         return value.__module__ == CHECK_MODULE
     kind = type(value)
-    if kind.__module__ == CHECK_MODULE:
+    if kind.__module__ == CHECK_MODULE or vars(kind).get("_ponybench_check_side") is True:  # a helper's stub class
         return True
     if kind is types.GeneratorType:
         return value.gi_code.co_filename == CHECK_CODE
