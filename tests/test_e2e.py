@@ -47,7 +47,7 @@ class Project:
     def run(self, *args: str):
         return self.pytester.runpytest_subprocess(
             "--ponybench", "--ponybench-rehearse", f"--ponybench-claude={self.claude_bin}",
-            f"--ponybench-dir={self.path / 'runs'}", "-p", "no:cacheprovider", *args, timeout=240,
+            f"--ponybench-dir={self.path / 'runs'}", "-p", "no:cacheprovider", *args, timeout=900,
         )
 
 
