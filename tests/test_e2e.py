@@ -6,11 +6,14 @@ API is reached: the CLI talks to the scripted server on 127.0.0.1.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -72,22 +75,31 @@ PROVEN = ("baseline", "terse", "ctx")
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory, claude_bin):
-    """The shared rehearsal: its finished process (stdout, exit code) and its records by arm."""
-    root = tmp_path_factory.mktemp("shared-rehearsal")
-    (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tasks"]\n')
-    (root / "tasks").mkdir()
-    (root / "tasks" / "double.yaml").write_text(TASK)
-    (root / "arms").mkdir()
-    for name, text in SHARED_ARMS.items():
-        (root / "arms" / f"{name}.yaml").write_text(text)
-    # The timeout only ends a hung session; ten cells take well under a minute on a quiet machine.
-    done = benchproc.run(root, ["--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}",
-                                f"--ponybench-dir={root / 'runs'}", "-p", "no:cacheprovider", "-n", "2",
-                                "--runs", "2"], timeout=1200)
+    """The shared rehearsal: its output and exit code, and its records by arm. Run once per
+    test session: under xdist the first worker to get here runs it in the session's common
+    temporary folder while the other waits on the lock, then both read it."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "e2e-shared-rehearsal"
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "done.json").exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker that died halfway
+            (root / "tasks").mkdir(parents=True)
+            (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tasks"]\n')
+            (root / "tasks" / "double.yaml").write_text(TASK)
+            (root / "arms").mkdir()
+            for name, text in SHARED_ARMS.items():
+                (root / "arms" / f"{name}.yaml").write_text(text)
+            # The timeout only ends a hung session; ten cells take about a minute on a quiet machine.
+            done = benchproc.run(root, ["--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}",
+                                        f"--ponybench-dir={root / 'runs'}", "-p", "no:cacheprovider", "-n", "2",
+                                        "--runs", "2"], timeout=1200)
+            (root / "done.json").write_text(json.dumps({"stdout": done.stdout, "returncode": done.returncode}))
+        done = json.loads((root / "done.json").read_text())
     by_arm: dict[str, list[dict]] = {}
     for record in records(root / "runs"):
         by_arm.setdefault(record["arm"], []).append(record)
-    return done, by_arm
+    return SimpleNamespace(**done), by_arm
 
 
 def test_prompt_and_plugin_arms_reach_the_model_and_score(shared):
