@@ -44,6 +44,8 @@ def project(base: Path) -> Path:
 
 def pytest(root: Path, args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+    # This checkout's plugin, whichever one is installed.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", *QUIET, *args], cwd=root, env=env,
                           capture_output=True, text=True)
