@@ -129,3 +129,14 @@ def test_a_resume_judges_a_kept_cell_again_only_when_its_key_changed(tmp_path, j
     assert kept["reused"] and len(judging) == 2, "a resume reused verdicts judged under another Hypothesis"
     cell.kept_result(c, run_dir)
     assert len(judging) == 2, "the result judged again was not kept"
+
+
+def test_a_verdict_of_a_check_that_timed_out_is_not_kept(tmp_path, judging):
+    """A check of correct code can run out of its time on a loaded machine: a rescore judges
+    such a cell again rather than keep what the load decided."""
+    slow = {**TASK, "check_timeout": 1, "checks": {"correct": "while True:\n    pass\n"}}
+    c, ws = make_cell(tmp_path, slow)
+    first = cell.finish(c, ws, KEY)
+    assert first["correct"] == 0 and "timed out" in first["correct_reason"]
+    cell.score_cell(c, ws, KEY)
+    assert len(judging) == 2, "a verdict the check's time limit decided was reused"

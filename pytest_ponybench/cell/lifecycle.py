@@ -389,7 +389,8 @@ def judged(task: TaskSpec, ws: Path, key: bytes | None) -> tuple[dict[str, check
     were judged under the same key (the same workspace files, checks, harness and deciding
     library versions), else judged now and kept, sealed with the run's key `key`. Without a
     key (a workspace made outside a run) nothing is kept or reused. Verdicts with an
-    instrument error are never kept: the instrument, not the code, decided them."""
+    instrument error or a check that timed out are never kept: the instrument or the
+    machine's load, not the code, may have decided them."""
     vkey = verdict_key(task, ws)
     kept = _read(ws, VERDICTS, key) if key is not None else {}
     if kept.get("key") == vkey:
@@ -398,7 +399,7 @@ def judged(task: TaskSpec, ws: Path, key: bytes | None) -> tuple[dict[str, check
         except (TypeError, AttributeError):
             pass  # kept by a harness whose verdicts had other fields: judge again
     verdicts = judge(task, ws)
-    if key is not None and not any(v.instrument for v in verdicts.values()):
+    if key is not None and not any(v.instrument or v.timed_out for v in verdicts.values()):
         write_record(ws, VERDICTS, {"key": vkey, "verdicts": {a: asdict(v) for a, v in verdicts.items()}}, key)
     return verdicts, vkey
 
