@@ -545,3 +545,20 @@ def test_put_back_moves_the_cli_s_output_over_whatever_the_agent_left_and_follow
     assert (ws / workspace.STDERR).read_text() == "the CLI's stderr\n"
     assert not (ws / workspace.TRANSCRIPT).is_symlink() and target.read_text() == "keep me\n"
     assert not workspace.cli_output(ws, workspace.TRANSCRIPT).exists()
+
+
+def test_a_finished_transcript_gives_back_the_room_kept_for_it(tmp_path):
+    """agent.run keeps TRANSCRIPT_ROOM allocated past the transcript's end while the CLI runs
+    (a disk the agent fills still takes the result line); once the cell's records are written
+    the room is given back: 80 cells once held 94 MB of disk for 7.9 MB of transcripts."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    argv = [sys.executable, "-c", "print('{\"type\": \"result\"}')"]
+    transcript = ws / "t.jsonl"
+    agent.run(argv, ws, agent.agent_env(), 30.0, transcript, ws / "err.txt")
+    assert os.stat(transcript).st_blocks * 512 >= agent.TRANSCRIPT_ROOM // 2, "no room was kept while it ran"
+    agent.release_transcript(transcript)
+    st = os.stat(transcript)
+    assert st.st_size > 0
+    rounded = -(-st.st_size // 4096) * 4096
+    assert st.st_blocks * 512 <= rounded + 2 * 4096, f"{st.st_blocks * 512} bytes held for {st.st_size}"

@@ -292,7 +292,8 @@ def test_a_check_past_its_deadline_does_not_cost_the_next_axis_its_verdict(tmp_p
     verdicts = checks.run_checks({"correct": "while True:\n    pass\n",
                                   "safe": "assert load(FILE).add(1, 1) == 2"}, ws, "impl.py", 3)
     assert verdicts == {
-        "correct": checks.Verdict(False, "correct check timed out after 3 s: the code under test looped or blocked"),
+        "correct": checks.Verdict(False, "correct check timed out after 3 s: the code under test looped or blocked",
+                                  timed_out=True),
         "safe": checks.Verdict(True, "ok")}
 
 

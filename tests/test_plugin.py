@@ -24,6 +24,7 @@ import yaml
 from pytest_ponybench.cell import agent, lifecycle as cell, workspace
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.reports import summary
+from pytest_ponybench.scoring import checks
 from pytest_ponybench.store import record as records
 from pytest_ponybench.specs.spec import ArmSpec, load_task
 from support import ponyproject as pp
@@ -277,8 +278,11 @@ def test_xdist_gives_the_same_results_and_summary(main_runs):
     assert len(pp.calls(n2.root)) == len(pp.calls(n0.root))
 
 
-def test_rescore_gives_the_same_results_with_no_cli_call(main_runs, project, pytester):
+def test_rescore_gives_the_same_results_with_no_cli_call(main_runs, project, pytester, monkeypatch):
     source = main_runs["n0"]
+    judged = []  # workspaces the check runner judged (this in-process session's rescore)
+    real = checks.run_checks
+    monkeypatch.setattr(checks, "run_checks", lambda *a, **kw: judged.append(Path(a[1]).name) or real(*a, **kw))
     root = project(tasks=TASKS, arms=ARMS, ini=INI)
     shutil.copytree(source.root / "arms" / "plugins", root / "arms" / "plugins")
     kept = root / "kept" / source.run_dir.name
@@ -288,6 +292,8 @@ def test_rescore_gives_the_same_results_with_no_cli_call(main_runs, project, pyt
     result = pytester.runpytest(f"--ponybench-rescore={kept}", *pp.QUIET)
     assert pp.calls(root) == [], "a rescore called the CLI"
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # Verdicts are content-addressed: only the changed workspace is judged again.
+    assert judged == ["add__brief__haiku__0"], judged
     rescored = pp.by_cell(pp.results(kept))
     assert sorted(rescored) == sorted(source.records)
     changed = rescored.pop("add__brief__haiku__0")

@@ -1,5 +1,6 @@
 """The instrument proof cache (instruments.py): a proof that held is not run again for the
-same task spec, fixture, harness code and CLI version; a failed one always is."""
+same task spec, fixture, harness code, deciding library versions and CLI version; a failed
+one always is."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,7 @@ import yaml
 
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.processes import procs
+from pytest_ponybench.scoring import fingerprint
 from pytest_ponybench.specs.spec import load_task
 from support.benchproc import ADD_TASK
 
@@ -55,6 +57,21 @@ def test_a_proof_that_held_is_not_run_again_until_something_it_depends_on_change
     ran.clear()
     assert instruments.prove_all([task], "2.0.1 (Claude Code)", None) == []
     assert len(ran) == 2, "without a cache every proof runs"
+
+
+def test_another_hypothesis_version_proves_again(tmp_path, monkeypatch):
+    """Hypothesis draws the differential checks' inputs: a reference proven under one version
+    is not proven under another (a sql_lookup red-team case failed under 6.170.27 and passed
+    under 6.155.2)."""
+    cache = tmp_path / "cache"
+    ran = counting(monkeypatch)
+    task = load_task(task_file(tmp_path, ADD_TASK), tmp_path / "fixtures")
+    assert instruments.prove_all([task], "v", cache) == [] and len(ran) == 2
+    assert instruments.prove_all([task], "v", cache) == [] and len(ran) == 2
+    versions = {**fingerprint.library_versions(), "hypothesis": "6.170.27"}
+    monkeypatch.setattr(fingerprint, "library_versions", lambda: versions)
+    assert instruments.prove_all([task], "v", cache) == []
+    assert len(ran) == 4, "a proof made under another Hypothesis version was taken as proven"
 
 
 def test_a_failed_proof_is_never_remembered(tmp_path, monkeypatch):

@@ -17,11 +17,11 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pytest_ponybench.cell import agent, confine as confinement, transcript as transcripts, workspace
-from pytest_ponybench.scoring import checks, metrics
+from pytest_ponybench.scoring import checks, fingerprint, metrics
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import (CELL_IDENTITY, RunDir, move_cell, read_record, valid_cost,
                                            write_record)
@@ -31,6 +31,9 @@ from pytest_ponybench.specs.spec import ArmSpec, SpecError, TaskSpec, resolve_pl
 # with the run's key: how the agent run ended, and the cell's result.
 AGENT_RECORD = "agent"
 RESULT = workspace.RESULT
+# The cell's verdicts and the key they were judged under (fingerprint.verdict_key): a rescore
+# or a resume reuses them while the key holds, and judges again once it changes.
+VERDICTS = "verdicts"
 ATTEMPT_SUFFIX = ".attempt-"  # <cell>.attempt-N: a failed attempt's workspace, kept (it was paid for)
 
 
@@ -108,6 +111,10 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     if record.get("spec_hash") != cell.spec_hash:
         set_aside(ws, record)
         return None
+    if record.get("ran") and record.get("verdict_key") != verdict_key(cell.task, ws):
+        # Judged under another harness or library version (or its workspace changed since):
+        # its verdicts are judged again, the agent is not run again.
+        record = finish(cell, ws, run_dir.key)
     return {**record, "reused": True}
 
 
@@ -326,7 +333,8 @@ def finish(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
 def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
     """Score a kept workspace: metrics, checks and usage. No agent call, and no write under
     the workspace: the same workspace always gives the same record. With the run's key only
-    records it verifies are read (`rescore_problem` refuses a cell whose records do not)."""
+    records it verifies are read (`rescore_problem` refuses a cell whose records do not), and
+    the verdicts kept beside it are reused while their key holds (`judged`)."""
     ran = _read(ws, AGENT_RECORD, key)
     status = str(ran.get("status") or records.BAD_OUTPUT)
     error = str(ran.get("error") or ("" if ran else "no record of the agent run in this workspace"))
@@ -350,7 +358,7 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
         record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws, key),
                                          workspace.seed_manifest(ws, task.seed, key), answer))
     if record["ran"]:
-        verdicts = judge(task, ws)
+        verdicts, record["verdict_key"] = judged(task, ws, key)
     else:
         # What an agent left behind when it never ran properly does not count as its answer.
         verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
@@ -373,6 +381,32 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
 
 def _whole(value, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def verdict_key(task: TaskSpec, ws: Path) -> str:
+    """The key of the verdicts of `ws` under `task`: its files but the fixture's git data,
+    which no check's copy holds (workspace.copy_ignore)."""
+    return fingerprint.verdict_key(task, ws, skip=(".git",))
+
+
+def judged(task: TaskSpec, ws: Path, key: bytes | None) -> tuple[dict[str, checks.Verdict], str]:
+    """The verdicts of the workspace `ws` and their key: the cell's kept verdicts when they
+    were judged under the same key (the same workspace files, checks, harness and deciding
+    library versions), else judged now and kept, sealed with the run's key `key`. Without a
+    key (a workspace made outside a run) nothing is kept or reused. Verdicts with an
+    instrument error or a check that timed out are never kept: the instrument or the
+    machine's load, not the code, may have decided them."""
+    vkey = verdict_key(task, ws)
+    kept = _read(ws, VERDICTS, key) if key is not None else {}
+    if kept.get("key") == vkey:
+        try:
+            return {axis: checks.Verdict(**fields) for axis, fields in kept["verdicts"].items()}, vkey
+        except (TypeError, AttributeError):
+            pass  # kept by a harness whose verdicts had other fields: judge again
+    verdicts = judge(task, ws)
+    if key is not None and not any(v.instrument or v.timed_out for v in verdicts.values()):
+        write_record(ws, VERDICTS, {"key": vkey, "verdicts": {a: asdict(v) for a, v in verdicts.items()}}, key)
+    return verdicts, vkey
 
 
 def measured_axes(task: TaskSpec) -> tuple[str, ...]:

@@ -7,15 +7,14 @@ test; `pytest --ponybench` runs them all first and refuses to start a cell if on
 
 A proof that held is remembered (one empty file per proof under the cache directory, named
 by a hash of what it depends on: the task's spec and fixture, the harness's own code, the
-Python and the CLI version), so an unchanged library is not proven again in every session.
+Python, the versions of the libraries that decide a verdict and the CLI version: the keys of
+scoring/fingerprint.py, by which a cell's verdicts are remembered too), so an unchanged library
+is not proven again in every session.
 A failed proof is never remembered. `pytest -m selftest` always proves afresh.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import platform
 import select
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 
 from pytest_ponybench.cell import lifecycle as cell, workspace
 from pytest_ponybench.processes import procs
+# The keys a proof is remembered by, shared with a cell's verdicts (scoring/fingerprint.py).
+from pytest_ponybench.scoring.fingerprint import fixture_fingerprint, harness_fingerprint, proof_key
 from pytest_ponybench.specs.spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
 
@@ -91,12 +92,6 @@ TREE_KILL_START = 30.0  # seconds the probe has to start its grandchild (two int
 
 
 CACHE_ENV = "PONYBENCH_CACHE_DIR"  # where proofs are remembered; "off" remembers nothing
-# The harness code a proof's outcome depends on: a change to any of them proves everything again.
-HARNESS_SOURCES = ("scoring/checks.py", "scoring/checklib.py", "scoring/check_state.py", "scoring/check_clock.py",
-                   "scoring/check_boundary.py", "scoring/remote.py", "scoring/host.py", "scoring/inputs.py", "scoring/batteries.py",
-                   "scoring/regressions.py", "processes/procs.py", "processes/forkserver.py",
-                   "processes/supervisor.py", "cell/workspace.py", "instruments/gate.py", "specs/spec.py",
-                   "instruments/mutation.py")  # paths under pytest_ponybench/
 
 
 def cache_dir() -> Path | None:
@@ -108,37 +103,6 @@ def cache_dir() -> Path | None:
         return Path(configured).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "pytest-ponybench"
-
-
-def harness_fingerprint(cli_version: str) -> str:
-    here = Path(__file__).resolve().parents[1]  # pytest_ponybench/
-    digest = hashlib.sha256()
-    for name in HARNESS_SOURCES:
-        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
-    digest.update(json.dumps([sys.version, platform.release(), cli_version]).encode())
-    return digest.hexdigest()
-
-
-def fixture_fingerprint(task: TaskSpec) -> list:
-    """What of a fixture directory a reference proof depends on: every file's path, size and
-    modification time (its content is read only when it changes)."""
-    if task.fixture is None:
-        return []
-    entries = []
-    for root, dirs, files in os.walk(task.fixture):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            entries.append([os.path.relpath(path, task.fixture), st.st_size, st.st_mtime_ns])
-    return entries
-
-
-def proof_key(harness: str, *parts) -> str:
-    return hashlib.sha256(json.dumps([harness, *parts], default=str).encode()).hexdigest()[:32]
 
 
 def _remembered(directory: Path | None, key: str) -> bool:
@@ -157,7 +121,8 @@ def _remember(directory: Path | None, key: str) -> None:
 
 def prove_all(tasks: list[TaskSpec], cli_version: str = "", cache: Path | None | str = "default") -> list[str]:
     """Every instrument at once; the list of what is broken (empty when all hold). Proofs
-    that held before, for the same task spec, fixture, harness code and CLI version, are
+    that held before, for the same task spec, fixture, harness code, deciding library versions
+and CLI version, are
     not run again (`cache`: a directory, None for no cache, or the default `cache_dir()`)."""
     directory = cache_dir() if cache == "default" else (None if cache is None else Path(cache))
     harness = harness_fingerprint(cli_version)

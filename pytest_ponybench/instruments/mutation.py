@@ -342,7 +342,7 @@ def score(task: TaskSpec, workers: int | None = None, cache: Path | None = None,
 
 
 def workspace_fingerprint(task: TaskSpec) -> str:
-    from pytest_ponybench.instruments.gate import fixture_fingerprint
+    from pytest_ponybench.scoring.fingerprint import fixture_fingerprint
 
     return hashlib.sha256(json.dumps(fixture_fingerprint(task)).encode()).hexdigest()[:16]
 

@@ -248,7 +248,8 @@ class CellItem(_PlainFailure, pytest.Item):
         """Rescore, reuse or run this cell: its record. Runs in a pool thread with
         --ponybench-at-once above 1."""
         if self.rescore_workspace is not None:
-            return cells.score_cell(self.cell, self.rescore_workspace)
+            # With the run's key: the cell's kept verdicts are reused while their key holds.
+            return cells.score_cell(self.cell, self.rescore_workspace, state.run_dir.key)
         if (kept := state.kept_result(self.cell)) is not None:
             return kept  # finished in an earlier session: reported, never paid twice
         self.check_budget(state)

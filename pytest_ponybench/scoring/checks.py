@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +40,9 @@ class Verdict:
     # The harness's own instrument failed, not the agent's code (a grader's pattern that did
     # not finish over a bounded text): the cell is an instrument error, left out of the rates.
     instrument: bool = False
+    # The check ran out of its time: on a loaded machine a check of correct code can too, so
+    # such a verdict is never kept for a rescore to reuse (cell/lifecycle.judged).
+    timed_out: bool = False
 
 
 def run_check(code: str, workspace: Path, axis: str, entry: str | None, timeout: float,
@@ -142,7 +145,7 @@ def _verdict(axis: str, timeout: float, report: dict | None, graders_only: bool 
     verdict = _verdict_of_report(axis, timeout, report, graders_only)
     limits = _limits_said(report)
     if limits and not verdict.ok:
-        return Verdict(False, verdict.reason + limits, verdict.check, verdict.instrument)
+        return replace(verdict, reason=verdict.reason + limits)
     return verdict
 
 
@@ -157,7 +160,8 @@ def _verdict_of_report(axis: str, timeout: float, report: dict | None, graders_o
         if stuck is not None and stuck["chars"] <= graders.SHORT_TEXT:
             return Verdict(False, instrument_reason(stuck, timeout), instrument=True)
     if report is None or report.get("timed_out"):
-        return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked")
+        return Verdict(False, f"{axis} check timed out after {timeout:g} s: the code under test looped or blocked",
+                       timed_out=True)
     result = report.get("result")
     # The check's process ends with os._exit(0) right after writing its verdict, and with
     # nothing else: a verdict file beside another ending was written by someone else (agent

@@ -77,6 +77,9 @@ FIELDS: dict[str, tuple[type, ...]] = {
     # None: the task has no check on that axis, so the axis was not measured (never a pass)
     "correct": _int, "safe": _int, "correct_reason": _str, "safe_reason": _str,
     "passed": _bool, "failure": _str,
+    # what the verdicts were judged under (scoring/fingerprint.verdict_key): the workspace's
+    # files, the checks, the harness and the deciding library versions; absent when no check ran
+    "verdict_key": _str,
     # what the agent delivered (metrics.py)
     "delivered": _bool, "files": (int,), "src_files": (int,), "total_loc": (int,),
     "src_loc": (int,), "test_files": (int,), "test_loc": (int,),

@@ -171,7 +171,7 @@ def append_line(path: Path, line: str, room: int = 0) -> None:
 
 # --------------------------------------------------------------------------- a disk that fills
 
-FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
+FALLOC_FL_KEEP_SIZE = 1
 LEDGER_ROOM = 256 * 1024  # about 4,000 ledger lines, kept allocated beyond the ledger's end
 RESULTS_ROOM = 1024 * 1024  # about 400 records, beyond the end of the results file
 _fallocate_fn: list = []
@@ -206,12 +206,12 @@ def keep_room(fd: int, room: int) -> bool:
 
 
 def release_room(fd: int) -> None:
-    """Give back what `keep_room` kept beyond the end of `fd` (a finished transcript)."""
+    """Give back what `keep_room` kept beyond the end of `fd` (a finished transcript). A
+    truncation to its own size frees the blocks past the end; a hole punched there would not
+    (ext4 punches nothing past a file's size, so every transcript held its 1 MiB)."""
     st = os.fstat(fd)
-    beyond = st.st_blocks * 512 - st.st_size
-    fn = _fallocate()
-    if fn is not None and beyond > 0:
-        fn(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, st.st_size, beyond)
+    if st.st_blocks * 512 > st.st_size:
+        os.ftruncate(fd, st.st_size)
 
 
 def make_room(path: Path, room: int) -> None:

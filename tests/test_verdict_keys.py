@@ -1,0 +1,142 @@
+"""Verdicts are content-addressed (cell/lifecycle.judged, scoring/fingerprint.py): a rescore or
+a resume reuses a cell's kept verdicts while its workspace files, its task's checks, the
+harness and the deciding library versions are all unchanged, and judges again what changed.
+The check runner is counted: a reused verdict runs no check."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pytest_ponybench.cell import lifecycle as cell, workspace
+from pytest_ponybench.scoring import checks, fingerprint
+from pytest_ponybench.specs.spec import ArmSpec, load_task
+from pytest_ponybench.store.rundir import RunDir, write_record
+
+KEY = b"k" * 32
+TASK = {"file": "mod.py", "prompt": "Write f() in mod.py.",
+        "checks": {"correct": "assert load(FILE).f() == 1, 'f() is not 1'\n"},
+        "refs": {"axis": "correct", "good": "def f():\n    return 1\n", "bad": "def f():\n    return 2\n"}}
+GOOD = {"mod.py": "def f():\n    return 1\n"}
+
+
+def make_cell(tmp_path: Path, task: dict = TASK, files: dict = GOOD) -> tuple[cell.Cell, Path]:
+    """A finished cell of a sealed run (`KEY`), its verdicts judged and kept once."""
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(task))
+    spec = load_task(path, tmp_path)
+    c = cell.Cell(spec, ArmSpec(name="baseline", path=None), "haiku", "claude-haiku-4-5-20251001", 0)
+    ws = tmp_path / "run" / c.id
+    workspace.seed(spec, ws, key=KEY)
+    workspace.write_files(ws, files)
+    write_record(ws, cell.AGENT_RECORD, {"status": "finished", "error": ""}, KEY)
+    return c, ws
+
+
+def retask(c: cell.Cell, tmp_path: Path, task: dict) -> cell.Cell:
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(task))
+    return cell.Cell(load_task(path, tmp_path), c.arm, c.model, c.model_id, c.run)
+
+
+@pytest.fixture
+def judging(monkeypatch) -> list:
+    """Every call of the check runner (and still run it)."""
+    calls = []
+    real = checks.run_checks
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checks, "run_checks", counted)
+    return calls
+
+
+def another_hypothesis(monkeypatch) -> None:
+    versions = {**fingerprint.library_versions(), "hypothesis": "6.170.27"}
+    monkeypatch.setattr(fingerprint, "library_versions", lambda: versions)
+
+
+def test_an_unchanged_cell_is_not_judged_again(tmp_path, judging):
+    c, ws = make_cell(tmp_path)
+    first = cell.finish(c, ws, KEY)
+    assert first["correct"] == 1 and len(judging) == 1 and first["verdict_key"]
+    again = cell.score_cell(c, ws, KEY)
+    assert len(judging) == 1, "an unchanged cell was judged again"
+    assert again == first
+
+
+def test_a_changed_workspace_file_is_judged_again(tmp_path, judging):
+    c, ws = make_cell(tmp_path)
+    first = cell.finish(c, ws, KEY)
+    (ws / "mod.py").write_text("def f():\n    return 2\n")
+    again = cell.score_cell(c, ws, KEY)
+    assert len(judging) == 2 and again["correct"] == 0 and again["verdict_key"] != first["verdict_key"]
+
+
+def test_a_changed_check_is_judged_again(tmp_path, judging):
+    c, ws = make_cell(tmp_path)
+    assert cell.finish(c, ws, KEY)["correct"] == 1
+    stricter = {**TASK, "checks": {"correct": "assert load(FILE).f() == 2, 'f() is not 2'\n"}}
+    again = cell.score_cell(retask(c, tmp_path, stricter), ws, KEY)
+    assert len(judging) == 2 and again["correct"] == 0
+
+
+def test_a_changed_prompt_alone_reuses_the_verdicts(tmp_path, judging):
+    c, ws = make_cell(tmp_path)
+    cell.finish(c, ws, KEY)
+    cell.score_cell(retask(c, tmp_path, {**TASK, "prompt": "Write f() in mod.py, please."}), ws, KEY)
+    assert len(judging) == 1, "a change no check reads judged the cell again"
+
+
+def test_a_changed_harness_is_judged_again(tmp_path, judging, monkeypatch):
+    c, ws = make_cell(tmp_path)
+    cell.finish(c, ws, KEY)
+    monkeypatch.setattr(fingerprint, "_sources_digest", lambda: "another harness")
+    cell.score_cell(c, ws, KEY)
+    assert len(judging) == 2
+
+
+def test_another_hypothesis_version_is_judged_again(tmp_path, judging, monkeypatch):
+    c, ws = make_cell(tmp_path)
+    first = cell.finish(c, ws, KEY)
+    another_hypothesis(monkeypatch)
+    again = cell.score_cell(c, ws, KEY)
+    assert len(judging) == 2 and again["verdict_key"] != first["verdict_key"]
+    cell.score_cell(c, ws, KEY)
+    assert len(judging) == 2, "the verdicts judged under the new version were not kept"
+
+
+def test_verdicts_kept_without_the_run_s_key_are_not_reused(tmp_path, judging):
+    c, ws = make_cell(tmp_path)
+    first = cell.finish(c, ws, KEY)
+    forged = {"key": first["verdict_key"], "verdicts": {"correct": {"ok": True, "reason": "ok"}}}
+    (ws / "mod.py").write_text("def f():\n    return 2\n")
+    write_record(ws, cell.VERDICTS, {**forged, "key": cell.verdict_key(c.task, ws)}, None)  # unsealed
+    assert cell.score_cell(c, ws, KEY)["correct"] == 0 and len(judging) == 2
+
+
+def test_a_resume_judges_a_kept_cell_again_only_when_its_key_changed(tmp_path, judging, monkeypatch):
+    c, ws = make_cell(tmp_path)
+    run_dir = RunDir(tmp_path / "run", KEY)
+    cell.finish(c, ws, KEY)
+    kept = cell.kept_result(c, run_dir)
+    assert kept["reused"] and len(judging) == 1
+    another_hypothesis(monkeypatch)
+    kept = cell.kept_result(c, run_dir)
+    assert kept["reused"] and len(judging) == 2, "a resume reused verdicts judged under another Hypothesis"
+    cell.kept_result(c, run_dir)
+    assert len(judging) == 2, "the result judged again was not kept"
+
+
+def test_a_verdict_of_a_check_that_timed_out_is_not_kept(tmp_path, judging):
+    """A check of correct code can run out of its time on a loaded machine: a rescore judges
+    such a cell again rather than keep what the load decided."""
+    slow = {**TASK, "check_timeout": 1, "checks": {"correct": "while True:\n    pass\n"}}
+    c, ws = make_cell(tmp_path, slow)
+    first = cell.finish(c, ws, KEY)
+    assert first["correct"] == 0 and "timed out" in first["correct_reason"]
+    cell.score_cell(c, ws, KEY)
+    assert len(judging) == 2, "a verdict the check's time limit decided was reused"
