@@ -166,3 +166,19 @@ def test_seeding_runs_nothing_of_the_fixture_or_the_environment_and_keeps_every_
     status = subprocess.run(["git", "status", "--porcelain"], cwd=ws, capture_output=True, text=True, env=plain)
     log = subprocess.run(["git", "log", "--format=%s"], cwd=ws, capture_output=True, text=True, env=plain)
     assert (status.stdout, log.stdout) == (" M app/cache.py\n", "ponybench: seeded workspace\n")
+
+
+@pytest.mark.parametrize("rel, text", [
+    (".gitattributes", "*.py -diff\n"),  # counted 201 added lines as 0 (issue 36, item 4)
+    ("lib/.gitattributes", "* binary\n"),
+    ("lib/.gitignore", "impl.py\n"),  # hid a 202-line implementation
+    (".gitignore", "dist/\nlib/\n"),  # the fixture's own ignore file, rewritten
+    (".git/info/exclude", "*.py\n"),
+])
+def test_no_ignore_or_attribute_file_of_the_agent_s_changes_the_count(seeded, rel, text):
+    (seeded / "lib").mkdir()
+    (seeded / "lib" / "impl.py").write_text(IMPL)
+    (seeded / rel).write_text(text)
+    stats = metrics.diff_stats(seeded)
+    assert (stats["files"], stats["total_loc"]) == (1, 201)
+    assert "lib/impl.py" in judge.fixture_change(seeded)[1]

@@ -27,9 +27,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from pytest_ponybench.specs.spec import HARNESS_PREFIX
 from pytest_ponybench.store.rundir import records_dir
@@ -59,7 +59,7 @@ def git(git_dir: Path, work_tree: Path | None, *args: str, input: str | None = N
         env["GIT_WORK_TREE"] = str(work_tree)
         settings += ("core.bare=false",)
     return subprocess.run(["git", "--no-pager", *(a for s in settings for a in ("-c", s)), *args],
-                          cwd=work_tree or git_dir, input=input, capture_output=True, encoding="utf-8",
+                          check=False, cwd=work_tree or git_dir, input=input, capture_output=True, encoding="utf-8",
                           errors="replace", timeout=120, env=env)
 
 
