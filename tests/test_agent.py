@@ -113,8 +113,27 @@ def test_a_killed_run_keeps_the_usage_seen_so_far(tmp_path):
     m = transcripts.usage_metrics(t)
     assert (m["in_tokens"], m["out_tokens"], m["cache_tokens"]) == (30, 10, 305)
     assert m["total_tokens"] == 30 + 10 + 305
-    assert m["cost_usd"] is None and m["duration_ms"] is None and m["turns"] is None
+    assert m["duration_ms"] is None and m["turns"] is None  # (its cost: the test below)
     assert m["served_model"] == "claude-haiku-4-5-20251001"  # from the init line, no modelUsage yet
+
+
+def test_a_killed_run_s_cost_is_its_counted_tokens_at_list_price_marked_as_an_estimate(tmp_path):
+    # Issue 36, item 3: with no result line the cost was None, recorded as $0 on the ledger,
+    # and four stalling cells spent about 3.1x the run's budget.
+    usage = {"input_tokens": 1000, "output_tokens": 2000, "cache_read_input_tokens": 10000,
+             "cache_creation_input_tokens": 500}
+    t = transcripts.read_transcript(write_lines(tmp_path / "t.jsonl", INIT, assistant("a", "one", usage)))
+    m = transcripts.usage_metrics(t)
+    # Haiku 4.5: $1 in, $5 out, $2 cache write (1 h), $0.10 cache read, per million tokens.
+    assert m["cost_usd"] == pytest.approx((1000 * 1 + 2000 * 5 + 500 * 2 + 10000 * 0.1) / 1e6)
+    assert m["cost_estimated"] is True and "claude-haiku-4-5 list price" in m["cost_note"]
+    # A model with no known price is priced as the dearest known, and the note says so.
+    unknown = transcripts.usage_metrics(transcripts.Transcript(init={"model": "claude-future-9"}, usage_seen=usage))
+    assert unknown["cost_usd"] == pytest.approx((1000 * 5 + 2000 * 25 + 500 * 10 + 10000 * 0.5) / 1e6)
+    assert "no known price for model 'claude-future-9'" in unknown["cost_note"]
+    # No tokens counted: nothing to estimate, no cost (not $0).
+    nothing = transcripts.usage_metrics(transcripts.Transcript(init=INIT))
+    assert nothing["cost_usd"] is None and nothing["cost_estimated"] is False
 
 
 def test_a_flooded_transcript_is_cut_to_head_and_tail_and_still_scores(tmp_path):
@@ -169,7 +188,7 @@ def test_usage_metrics_maps_the_result_fields(tmp_path):
                                           RESULT))
     m = transcripts.usage_metrics(t)
     assert m == {
-        "cost_usd": 0.0421, "duration_ms": 4567, "turns": 3, "denials": 2,
+        "cost_usd": 0.0421, "cost_estimated": False, "cost_note": "", "duration_ms": 4567, "turns": 3, "denials": 2,
         "in_tokens": 11, "out_tokens": 22, "cache_tokens": 33 + 44, "total_tokens": 11 + 22 + 33 + 44,
         "served_model": "claude-haiku-4-5-20251001", "claude_version": "2.1.328",
         "plugins": "builtin-thing,small-diff", "tools": "Read,Write",

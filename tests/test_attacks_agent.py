@@ -202,8 +202,10 @@ def leave_a_daemon(confine: bool, tmp_path: Path, mark: str) -> None:
     ws.mkdir(parents=True)
     argv = [sys.executable, "-c", STARTER, hopper_code(), mark, "4"]
     if confine:
-        argv = confinement.confine(argv, ws, dict(os.environ), run_dir=ws.parent)
-    subprocess.run(argv, cwd=ws, stdin=subprocess.DEVNULL, timeout=60, check=True)
+        boxed = confinement.confine(argv, ws, dict(os.environ), run_dir=ws.parent)
+        confinement.run_alone(boxed, cwd=ws, stdin=subprocess.DEVNULL).check_returncode()
+    else:
+        subprocess.run(argv, cwd=ws, stdin=subprocess.DEVNULL, timeout=60, check=True)
 
 
 def test_the_sandbox_alone_ends_a_daemon_that_an_unsupervised_cli_leaves(tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from pytest_ponybench.scoring import checks
 
 # The check every attack faces: `add` must add. Its message is the reason when it fails.
@@ -484,3 +486,105 @@ assert got == 5, got
     verdict = judge(tmp_path, impl, code)
     assert not verdict.ok
     assert verdict.reason == "after the alarm: AgentProcessDied"
+
+
+# What the check hands over (issue 36 item 2) ---------------------------------------------------
+
+def test_a_path_the_check_hands_over_is_refused_not_read_through(tmp_path):
+    # The red team's attack: a path's methods ran in the check's process, which sees the
+    # reference's copy (here a file of answers that only the check keeps), so wrong code read
+    # the answer through the path it was given and passed.
+    impl = """
+def add(a, b, where=None):
+    return int(where.with_name("answers.txt").read_text())
+"""
+    code = """
+import tempfile
+kept = Path(tempfile.mkdtemp(prefix="ponybench-answers-"))
+(kept / "answers.txt").write_text("5")
+add = find_function(load(FILE), "add")
+assert add(2, 3, kept / "input.txt") == 5, "add(2, 3) is not 5"
+"""
+    verdict = judge(tmp_path, impl, code)
+    assert not verdict.ok
+    assert "handed the agent's code a PosixPath (PosixPath('" in verdict.reason, verdict.reason
+    assert verdict.reason.endswith("pass str(path) and read the file inside the check"), verdict.reason
+
+
+@pytest.mark.parametrize("handed, named, instead", [
+    ("open(FILE)", "a TextIOWrapper (<_io.TextIOWrapper name='impl.py'", "pass its contents"),
+    ("os", "a module (<module 'os'", "pass the values the agent's code needs"),
+    ("open", "a builtin_function_or_method (<built-in function open>)", "pass a function written in the check's code"),
+    # a lambda the check's code did not write (a library's): its body is not the check's to vouch for
+    ("eval('lambda path: open(path).read()')", "a function (<function <lambda> at ", "pass a function written"),
+], ids=["open file", "module", "builtin function", "lambda of a library"])
+def test_an_object_of_the_checks_side_is_refused_naming_it_whatever_the_check_catches(tmp_path, handed, named, instead):
+    # Honest code, and a check that reads an error as a refusal: the check still fails, with
+    # the sentence, because what it handed over would run in its own process.
+    impl = "def add(a, b, extra=None):\n    return a + b\n"
+    code = f"""
+import os
+add = find_function(load(FILE), "add")
+try:
+    add(2, 3, {handed})
+except Exception:
+    pass
+assert add(2, 3) == 5, "add(2, 3) is not 5"
+"""
+    verdict = judge(tmp_path, impl, code)
+    assert not verdict.ok, verdict
+    assert f"the check handed the agent's code {named}" in verdict.reason, verdict.reason
+    assert instead in verdict.reason, verdict.reason
+
+
+def test_a_stub_giving_back_a_path_fails_the_check_though_the_agents_code_catches_it(tmp_path):
+    impl = """
+def add(a, b, where=None):
+    try:
+        where().read_text()
+    except Exception:
+        pass
+    return a + b
+"""
+    code = """
+add = find_function(load(FILE), "add")
+assert add(2, 3, lambda: Path(FILE)) == 5, "add(2, 3) is not 5"
+"""
+    verdict = judge(tmp_path, impl, code)
+    assert not verdict.ok
+    assert verdict.reason.startswith("the check handed the agent's code a PosixPath (PosixPath('impl.py'))"), verdict.reason
+
+
+def test_plain_data_and_the_checks_own_stubs_still_cross(tmp_path):
+    impl = """
+def add(a, b, data=None, clock=None, gateway=None, Gateway=None, events=None):
+    assert data == {"n": [1, 2.5, "x", b"y", (None, True)], "s": {1, 2}}, data
+    assert clock() == 10.0
+    assert gateway.charge("tok", 5) == "tx-1" and gateway.name == "g"
+    assert Gateway("again").charge("t", 1) == "tx-1"
+    assert list(gateway) == [("tok", 5)] and list(events()) == [1, 2]
+    return a + b
+"""
+    code = """
+now = [10.0]
+
+class Gateway:
+    def __init__(self, name="g"):
+        self.name, self.calls = name, []
+    def charge(self, token, cents):
+        self.calls.append((token, cents))
+        return f"tx-{len(self.calls)}"
+    def __iter__(self):
+        return iter(self.calls)
+
+def events():
+    yield 1
+    yield 2
+
+gateway = Gateway()
+add = find_function(load(FILE), "add")
+data = {"n": [1, 2.5, "x", b"y", (None, True)], "s": {1, 2}}
+assert add(2, 3, data, lambda: now[0], gateway, Gateway, events) == 5, "add(2, 3) is not 5"
+assert gateway.calls == [("tok", 5)], gateway.calls
+"""
+    assert judge(tmp_path, impl, code) == checks.Verdict(True, "ok")

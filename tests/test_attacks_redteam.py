@@ -1279,7 +1279,7 @@ def test_a_pth_file_planted_by_a_check_does_not_forge_the_next_run_s_verdicts(va
     server, whose forked checks then write every failed verdict as a pass. Run 2 delivers a
     wrong add. Promise: nothing outlives a cell; the wrong add fails. (In the sandbox the
     check's $HOME and every folder anyone may write are tmpfs of the call's own; without it the
-    agent's code runs as the harness's user and can write its site-packages: README "Security".)"""
+    agent's code runs as the harness's user and can write its site-packages: docs/security.md.)"""
     from pytest_ponybench.processes import sandbox
 
     if not sandbox.support().active:
@@ -1356,7 +1356,7 @@ CLOBBER_RESULTS = 'from pathlib import Path\nPath("../results.jsonl").write_text
 def test_results_jsonl_overwritten_by_an_unconfined_agent_is_whole_again_at_session_end(tmp_path):
     """Attack: cell 2's agent, unconfined, writes `{}` over the run's results.jsonl, so the
     lines of cells 0 and 1 (written before) are gone; cell 0 ended as an infra error (the API
-    failed it, no retry), a sealed result all the same. Promise (README): at session end the
+    failed it, no retry), a sealed result all the same. Promise (docs/troubleshooting.md): at session end the
     file is written whole again from the sealed records, every cell of the session in it once."""
     root = write_project(tmp_path, {"add": ADD_TASK})
     env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "api_error"}})

@@ -132,3 +132,25 @@ def test_a_budget_used_up_after_the_check_skips_the_cell_never_starts_the_cli_wi
     assert calls(root) == [], f"the CLI started with --max-budget-usd {budgets(calls(root))}"
     assert done.returncode == 0, done.stdout[-3000:]
     assert "1 cells skipped: budget reached" in done.stdout
+
+
+def test_cells_that_print_no_result_line_are_charged_their_tokens_and_the_budget_stops_them(tmp_path):
+    """Issue 36, item 3: a session killed at its timeout (or cut off) prints no result line,
+    so its cost was recorded as $0 while its tokens were counted; four stalling cells spent
+    about 3.1x the cap. Each cell here prints an assistant message with its usage and no
+    result line: 100 in, 50,000 out, 7 cache-write and 5 cache-read tokens of Haiku 4.5 are
+    about $0.25 at list price, so the budget stops the run after four cells, as it does for
+    cells that report $0.25 (above)."""
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD, mode="no_result", input_tokens=100, output_tokens=50_000)
+    done = run(root, bench_args(root, "--runs=6", f"--ponybench-max-cost={MAX_COST}"), env)
+    assert done.returncode in (0, 1), done.stdout[-3000:]  # the cells fail (no result): not the point
+    run_dir = only_run_dir(root)
+    estimate = (100 * 1 + 50_000 * 5 + 7 * 2 + 5 * 0.1) / 1e6
+    ran = results(run_dir)
+    assert len(ran) == 4, [(r["cell"], r.get("cost_usd")) for r in ran]
+    assert all(r["cost_usd"] == pytest.approx(estimate, abs=1e-6) and r["cost_estimated"] is True for r in ran), ran
+    assert "2 cells skipped: budget reached" in done.stdout
+    assert summary(run_dir)["spent_usd"] == pytest.approx(4 * estimate, abs=1e-5)
+    md = (run_dir / "summary.md").read_text()
+    assert "(estimated for 4 cells with no result line)" in md and "(estimated)" in md

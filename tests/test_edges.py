@@ -284,3 +284,85 @@ def test_a_429_pause_written_by_two_workers_at_once_ends_no_cell_interrupted(tmp
     assert all(r["status"] == "finished" and r["passed"] and r["attempts"] == 2 for r in records.values()), records
     assert sorted(line["cell"] for line in ledger(run_dir)) == sorted(CELL(i) for i in range(4) for _ in (0, 1))
     assert summary(run_dir)["spent_usd"] == pytest.approx(4 * 0.11)
+
+
+def test_what_no_program_can_copy_is_removed_and_named_and_the_cell_is_scored_resumed_and_rescored(tmp_path):
+    """Issue 36, item 5: a file 1,200 folders deep (a 2.4 kB path) made the copy for checks,
+    the walk of metrics and the removal of a rerun raise RecursionError, and a FIFO or a
+    socket made the copy fail: the paid cell was `interrupted`, left out of every rate, failed
+    again at every resume and broke a rescore. Now each is removed once the agent is gone,
+    named in the record, and the cell is scored with what remains (its add.py)."""
+    import os
+    from pathlib import Path
+
+    from support.benchproc import GOOD_ADD, calls, fake_env
+
+    root = write_project(tmp_path, {"add": ADD_TASK})
+    env = fake_env(root, write=GOOD_ADD, odd_files=True)
+    done = run(root, bench_args(root, "-p", "no:randomly"), env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    run_dir = only_run_dir(root)
+    [record] = results(run_dir)
+    assert (record["status"], record["passed"]) == ("finished", True), record
+    named = record["skipped_files"]
+    assert "d/d/d/" in named and "deeper than 100 folders" in named, named
+    assert "pipe: a named pipe (FIFO)" in named and "sock: a socket" in named, named
+    assert "outside.txt: a link that leads outside the workspace" in named, named
+    ws = run_dir / CELL(0)
+    assert [n for n in ("pipe", "sock", "outside.txt") if os.path.lexists(ws / n)] == []
+    depths = [len(Path(folder).relative_to(ws).parts) for folder, _, _ in os.walk(ws)]  # os.walk recurses
+    assert max(depths) <= workspace.MAX_DEPTH  # the folders above the bound stay, empty
+    assert (ws / "add.py").is_file()
+
+    # A resume reuses the scored cell: no second call of the CLI, nothing paid twice.
+    again = run(root, bench_args(root, "-p", "no:randomly", f"--ponybench-resume={run_dir}"), env)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert len(calls(root)) == 1
+    # A rescore scores the kept workspace again, to the same verdict.
+    rescored = run(root, bench_args(root, "-p", "no:randomly", f"--ponybench-rescore={run_dir}"), env)
+    assert rescored.returncode == 0, rescored.stdout[-3000:]
+    assert "rescored 1 cells" in rescored.stdout
+    [record] = results(run_dir)
+    assert (record["status"], record["passed"]) == ("finished", True) and record["skipped_files"] == named
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_removed(tmp_path):
+    """A rerun's fresh workspace (and put_back) remove what the last attempt left, however deep."""
+    import os
+
+    top = tmp_path / "ws"
+    top.mkdir()
+    here = os.open(".", os.O_RDONLY)
+    try:
+        os.chdir(top)
+        for _ in range(1500):
+            os.mkdir("d")
+            os.chdir("d")
+        os.mkfifo("pipe")
+        os.symlink("/etc", "link")
+    finally:
+        os.fchdir(here)
+        os.close(here)
+    workspace.fresh(top)
+    assert list(top.iterdir()) == []
+
+
+def test_only_the_workspace_is_pruned_never_what_a_link_in_its_place_leads_to(tmp_path):
+    import os
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.mkfifo(outside / "pipe")
+    os.symlink("/etc/hostname", outside / "out.txt")
+    (tmp_path / "ws").symlink_to(outside)
+    assert workspace.remove_uncopyable(tmp_path / "ws") == ""
+    assert sorted(p.name for p in outside.iterdir()) == ["out.txt", "pipe"]
+    # The same entries in a workspace go, named; a link that stays inside stays.
+    ws = tmp_path / "real-ws"
+    ws.mkdir()
+    os.mkfifo(ws / "pipe")
+    os.symlink("/etc/hostname", ws / "out.txt")
+    (ws / "inside.txt").symlink_to("pipe-free.txt")
+    named = workspace.remove_uncopyable(ws)
+    assert "pipe: a named pipe (FIFO)" in named and "out.txt: a link that leads outside the workspace" in named
+    assert sorted(p.name for p in ws.iterdir()) == ["inside.txt"]

@@ -3,6 +3,7 @@ and one judge request through the real pinned CLI against the scripted judge."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from pytest_ponybench.rehearsal import scripted_judge
 from pytest_ponybench.rehearsal.server import Fault, JudgeScript, ScriptedModel
 from pytest_ponybench.store.rundir import write_record
 from pytest_ponybench.specs.spec import load_task
+from support.hostile_files import assert_named_not_shown, environ_secret, plant_hostile_files
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = ROOT / "node_modules" / ".bin" / "claude"
@@ -257,3 +259,43 @@ def test_a_spent_budget_leaves_a_cell_not_judged_and_asks_nothing(tmp_path):
     fields = plugin.judged(cell, record)
     assert fields["judge_status"] == "not judged: the run's budget of $1 is spent"
     assert fields["over_engineering"] is None
+
+
+# --------------------------------------------------------------------------- what the judge reads (issue 36 item 7)
+
+def test_the_judge_follows_no_link_opens_no_fifo_and_reads_a_bounded_part(tmp_path):
+    import tracemalloc
+
+    ws = tmp_path / "cell"
+    ws.mkdir()
+    planted = plant_hostile_files(ws, tmp_path / "outside")
+    (ws / "long.py").write_text("x = 1\n" * 8_000)  # 48 kB of text: shown cut, and said so
+    (ws / "fine.py").write_text("def total(rows):\n    return sum(rows)\n")
+    task = load_task(ROOT / "tasks" / "csv_total.yaml", ROOT / "fixtures")
+    tracemalloc.start()
+    try:
+        sub = judge.cell_submission(task, ws, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    text = judge.prompt("over_engineering", "the ticket", sub)
+    assert_named_not_shown(text, planted)
+    assert "def total(rows):" in text
+    assert f"[ponybench: the file was cut here, after {judge.MAX_FILE_BYTES} bytes: it is longer]" in text
+    assert peak < 16 * judge.MAX_READ_BYTES, peak  # a few copies of what may be read, not a GiB
+    shown, read = judge.read_file(ws, "big.py")
+    assert read == judge.MAX_FILE_BYTES + 1 and shown.startswith("[ponybench: not shown: a binary file")
+
+
+def test_a_fixture_task_s_diff_follows_no_link_and_skips_binary_files(tmp_path):
+    task = load_task(ROOT / "tasks" / "notes_health.yaml", ROOT / "fixtures")
+    ws = tmp_path / "cell"
+    workspace.seed(task, ws, files=task.refs.good)
+    planted = plant_hostile_files(ws, tmp_path / "outside")
+    os.remove(ws / "big.py")  # git would hash the whole GiB; the reading is the other test's
+    del planted["big.py"], planted["pipe.py"]  # git lists no FIFO: never read
+    sub = judge.cell_submission(task, ws, None)
+    text = judge.prompt("completeness", "the ticket", sub)
+    assert "sk-outside-secret" not in text and environ_secret() not in text
+    for rel, why in planted.items():
+        assert f"+[ponybench: not shown: {why}" in text and f"b/{rel}" in text, (rel, text[:3000])

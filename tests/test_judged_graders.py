@@ -193,3 +193,25 @@ def test_a_cell_s_work_is_its_answer_and_the_files_it_wrote_not_the_seed_or_harn
     task = SimpleNamespace(seed={"seeded.txt": "as seeded\n", "changed.txt": "x\n"})
     work = jg.cell_work(task, ws, None, "Done.")
     assert work.answer == "Done." and work.files == (("changed.txt", "changed\n"), ("notes/new.md", "# new\n"))
+
+
+def test_a_cell_s_work_names_links_special_and_binary_files_and_reads_a_bounded_part(tmp_path):
+    import tracemalloc
+    from types import SimpleNamespace
+
+    from support.hostile_files import assert_named_not_shown, plant_hostile_files
+
+    ws = tmp_path / "cell"
+    ws.mkdir()
+    planted = plant_hostile_files(ws, tmp_path / "outside")
+    (ws / "notes.md").write_text("# notes\n")
+    tracemalloc.start()
+    try:
+        work = jg.cell_work(SimpleNamespace(seed={}), ws, None, "Done.")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    text = jg.prompt(jg.JudgedGrader("g", "llm", "a rubric"), "the ticket", work)
+    assert_named_not_shown(text, planted)
+    assert "### notes.md\n```\n# notes" in text
+    assert peak < 16 * judge.MAX_READ_BYTES, peak

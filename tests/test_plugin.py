@@ -345,7 +345,10 @@ def test_a_cell_timeout_kills_the_agent_and_leaves_no_process(project, pytester)
     [record] = pp.results(pp.only_run_dir(root))
     assert (record["status"], record["ran"], record["passed"]) == ("timeout", False, False)
     assert "ran past the cell timeout of 1 s" in record["error"]
-    assert record["out_tokens"] == 20 and record["cost_usd"] is None  # usage seen before the kill
+    assert record["out_tokens"] == 20  # usage seen before the kill, and its cost estimated from it:
+    # 100 in, 20 out, 7 cache-write, 5 cache-read tokens of Haiku 4.5 at list price (issue 36, item 3)
+    assert record["cost_usd"] == pytest.approx((100 * 1 + 20 * 5 + 7 * 2 + 5 * 0.1) / 1e6, abs=1e-6)
+    assert record["cost_estimated"] is True
     result.stdout.fnmatch_lines(["agent never ran properly (timeout): the agent ran past the cell timeout of 1 s*"])
 
 

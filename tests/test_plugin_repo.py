@@ -70,12 +70,19 @@ def test_a_fresh_plugin_repository_rehearses_green_and_stays_clean(tmp_path, cla
     assert "error" not in plain.stdout.lower()
 
     # `pytest -m selftest` proves the library this repository's runs use: the shipped tasks.
-    selftest = run(root, ["-m", "selftest", "-n", "2", *QUIET], timeout=600)
-    assert selftest.returncode == 0, selftest.stdout[-3000:]
+    # Every one is collected here; one task of the library (a fixture task: its fixture is
+    # found from this folder too) and the harness's proofs run. That the whole library's
+    # selftest passes, mutation scores included, is CI's quality step's (.ci/run), which
+    # runs it once from the repository instead of again here (minutes on 2 cores).
+    listed = run(root, ["-m", "selftest", "--collect-only", *QUIET])
     gated = sum(1 for p in (REPO / "tasks").glob("*.yaml") if "refs:" in p.read_text())
     reviewed = sum(1 for p in (REPO / "tasks").glob("*.yaml") if "\nreview:" in p.read_text())
     # per gated task: two references and the mutation score; per reviewed task: its review lines
-    assert f"{3 * gated + reviewed + 2} passed" in selftest.stdout, selftest.stdout[-1500:]
+    assert f"{3 * gated + reviewed + 2} tests collected" in listed.stdout, listed.stdout[-1500:]
+    selftest = run(root, ["-m", "selftest", "-k", "notes_health and not mutants or harness", *QUIET])
+    assert selftest.returncode == 0, selftest.stdout[-3000:]
+    # its two references and its review lines, and the harness's two proofs
+    assert "5 passed" in selftest.stdout, selftest.stdout[-1500:]
 
 
 def test_a_case_no_default_can_satisfy_is_named_in_the_terminal(tmp_path, claude_bin):

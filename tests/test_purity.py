@@ -11,6 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pytest_ponybench.cell import lifecycle as cell, workspace
@@ -44,6 +45,10 @@ def figures(run_dir: Path) -> dict[str, dict]:
     return {r["cell"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in pp.results(run_dir)}
 
 
+# A gate of the shipped library (every task's checks leave the workspace they score as it
+# was), so CI's quality step runs it: the harness's part, that each check runs in a
+# disposable copy, is the unit test below, in every run of README's test command.
+@pytest.mark.quality
 def test_rescoring_a_rehearsal_twice_changes_no_figure_and_no_file(tmp_path, claude_bin):
     root = tmp_path / "bench"
     root.mkdir()

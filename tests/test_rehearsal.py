@@ -30,6 +30,7 @@ import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -234,8 +235,7 @@ def test_unknown_things_get_a_4xx_at_once(server):
     _assert_api_error(*_post(root + "/v1/messages", _body(0))[::2], 404)
     _assert_api_error(*_post(root + "/", None, method="GET")[::2], 404)
     _assert_api_error(*_post(base + "/v1/models", None, method="GET")[::2], 404)
-    message = _assert_api_error(*_post(_messages_url(root + "/cell/nobody"), _body(0))[::2], 404)
-    assert "nobody" in message
+    _assert_api_error(*_post(_messages_url(root + "/cell/nobody"), _body(0))[::2], 404)
     _assert_api_error(*_post(_messages_url(base), None, raw=b"{not json")[::2], 400)
     _assert_api_error(*_post(_messages_url(base), None, raw=b"[1, 2]")[::2], 400)
     _assert_api_error(*_post(_messages_url(base), None, raw=b"\xff\xfe")[::2], 400)
@@ -246,12 +246,35 @@ def test_unknown_things_get_a_4xx_at_once(server):
     assert [c["status"] for c in server.calls("known")] == [404, 400, 400, 400, 405, 405]
 
 
+def test_a_guessed_path_or_another_cell_s_path_without_its_token_changes_no_cell(server, tmp_path):
+    """Issue 36, item 6: delivered code found the scripted model on 127.0.0.1 and posted to
+    other cells' paths, guessed from their cell ids (`/cell/<cell id>`): their scripts advanced
+    and their records took its requests, so their arms went unproven."""
+    victim, attacker = "add__baseline__haiku__0", "add__baseline__haiku__1"
+    own = server.register(victim, CellScript(writes=[(str(tmp_path / "a.py"), "x = 1\n")]))
+    mine = server.register(attacker, CellScript(writes=[]))
+    root = f"http://127.0.0.1:{server.port}"
+    guesses = [root + "/cell/" + victim, root + "/cell/" + urllib.parse.quote(victim, safe=""),
+               root + "/cell/" + victim.replace("__0", "__1"),  # the attacker's own cell, by id
+               mine.rsplit("/", 1)[0] + "/" + victim,  # the attacker's URL with the victim's id
+               own.rsplit("/", 1)[0] + "/" + own.rsplit("/", 1)[1][:-1]]  # the token, one letter short
+    for url in guesses:
+        status, _, _ = _post(_messages_url(url), _body(0))
+        assert status == 404, url
+    assert server.requests(victim) == [] and server.calls(victim) == []
+    assert server.requests(attacker) == [] and server.calls(attacker) == []
+    # The victim's own CLI still gets the first turn of its script, untouched.
+    message = json.loads(_post(_messages_url(own), _body(0, stream=False))[2])
+    assert message["content"][0]["name"] == "Write"
+    assert len(server.requests(victim)) == 1
+
+
 def test_two_servers_at_once(tmp_path):
     with ScriptedModel() as one, ScriptedModel() as two:
         assert one.port != two.port and one.port > 0 and two.port > 0
         url_one = one.register("same", CellScript(writes=[(str(tmp_path / "1"), "one")]))
         url_two = two.register("same", CellScript(writes=[(str(tmp_path / "2"), "two")]))
-        assert url_one == f"http://127.0.0.1:{one.port}/cell/same"
+        assert url_one.startswith(f"http://127.0.0.1:{one.port}/cell/") and url_one != url_two
         for url, content in ((url_one, "one"), (url_two, "two")):
             message = json.loads(_post(_messages_url(url), _body(0, stream=False))[2])
             assert message["content"][0]["input"]["content"] == content
@@ -269,11 +292,15 @@ def test_lifecycle_keys_and_forget():
     port = model.port
     assert model.start() is model and model.port == port  # starting twice is harmless
     url = model.register("task a/arm b__haiku__0", CellScript(writes=[]))
-    assert url == f"http://127.0.0.1:{port}/cell/task%20a%2Farm%20b__haiku__0"
+    assert url.startswith(f"http://127.0.0.1:{port}/cell/") and "arm" not in url
     assert _post(_messages_url(url), _body(0))[0] == 200
     assert len(model.requests("task a/arm b__haiku__0")) == 1
-    model.register("task a/arm b__haiku__0", CellScript(writes=[]))  # re-register: clean slate
+    # Re-register (a retried attempt): a clean slate and a new URL; the old one reaches nothing.
+    again = model.register("task a/arm b__haiku__0", CellScript(writes=[]))
     assert model.requests("task a/arm b__haiku__0") == []
+    assert _post(_messages_url(url), _body(0))[0] == 404
+    assert model.requests("task a/arm b__haiku__0") == []
+    url = again
     assert _post(_messages_url(url), _body(0))[0] == 200
     model.forget("task a/arm b__haiku__0")
     model.forget("never registered")
@@ -435,7 +462,7 @@ def plain_session(claude_bin, module_server, tmp_path_factory):
     url = module_server.register("plain", script)
     run = _run_claude(claude_bin, url, root)
     return dict(run, script=script, requests=module_server.requests("plain"),
-                calls=module_server.calls("plain"))
+                calls=module_server.calls("plain"), path=urllib.parse.urlsplit(url).path)
 
 
 def test_real_cli_writes_the_scripted_files(plain_session):
@@ -469,7 +496,7 @@ def test_real_cli_init_and_traffic(plain_session):
                for r in requests)
     assert all(t["name"] != "Bash" for r in requests for t in r["tools"])
     assert {(c["method"], c["path"], c["status"]) for c in calls} == {
-        ("POST", "/cell/plain/v1/messages?beta=true", 200)}
+        ("POST", plain_session["path"] + "/v1/messages?beta=true", 200)}
     headers = calls[0]["headers"]
     assert headers["x-api-key"] == "dummy" and headers["anthropic-version"] == "2023-06-01"
 

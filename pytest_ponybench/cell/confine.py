@@ -9,7 +9,9 @@ May import `agent` (CliMissing) and `store`; `agent` never imports this module.
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -171,6 +173,39 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
         wrapped += ["--unsetenv", "IS_SANDBOX"]  # not root in there: the CLI needs no leave to bypass
     return wrapped + ["--chdir", ws, "--"] + argv
 
+
+
+def run_alone(argv: list[str], wait_s: float = 30.0, **popen) -> subprocess.CompletedProcess:
+    """Run a `confine`d argv with no supervisor around it (subprocess.run's keywords) and
+    return once its PID namespace is gone, not merely bubblewrap. bubblewrap returns as soon as
+    the CLI exits, while the namespace's init is still killing what the CLI left (about 0.5 s
+    later on an idle machine): a daemon seen right after is not an escape. In a cell the
+    supervisor's sweep waits for that init (it is a subreaper, so the init becomes its child);
+    here its pidfd, from bubblewrap's --info-fd, is waited on, for at most `wait_s`."""
+    read, write = os.pipe()
+    try:
+        proc = subprocess.Popen([argv[0], "--info-fd", str(write), *argv[1:]], pass_fds=(write,), **popen)
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as info:
+        said = info.read()  # bubblewrap closes it once the namespace's init is started
+    init = None
+    if said:
+        try:
+            init = os.pidfd_open(json.loads(said)["child-pid"])
+        except (ProcessLookupError, ValueError, KeyError):
+            pass  # already gone: nothing to wait for
+    try:
+        out, err = proc.communicate()
+        if init is not None and not select.select([init], [], [], wait_s)[0]:
+            raise TimeoutError(f"the sandbox's init outlived bubblewrap by {wait_s:g} s")
+    finally:
+        if init is not None:
+            os.close(init)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 # What the CLI needs of its configuration folder in a confined cell, bound in read-only: the
 # login of `claude` (an API key in the environment needs nothing). Everything else there (the

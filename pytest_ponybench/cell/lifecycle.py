@@ -270,6 +270,8 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
     finally:
         changed_beside = watch.changed()  # also closes the watch when the run raised
         workspace.put_back(ws)
+    # Nothing runs in the workspace now: what no copy, walk or removal can take goes, named.
+    skipped = workspace.remove_uncopyable(ws)
     for path in (ws / workspace.TRANSCRIPT, ws / workspace.STDERR):
         agent.bound_file(path)
     transcript = transcripts.read_transcript(ws / workspace.TRANSCRIPT)
@@ -293,7 +295,7 @@ def run_agent(cell: Cell, ctx: CellContext, ws: Path) -> dict:
            "escaped": escaped, "confined": ctx.confine, "exit_code": outcome.exit_code,
            "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 3),
            "limits": outcome.limits,  # what the agent's cgroup met; None: it ran without one
-           "plugin_dir": plugin_dir, "argv": argv, "cost_usd": cost,
+           "plugin_dir": plugin_dir, "argv": argv, "cost_usd": cost, "skipped_files": skipped,
            "api_error_status": transcripts.api_error_status(transcript),
            "rate_limited": transcripts.saw_rate_limit(transcript)}
     # The spend is on the ledger before anything else is written: a kill or a full disk
@@ -336,7 +338,10 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
               # Paths the agent wrote beside its workspace (none can, when confined).
               "escaped": ",".join(ran.get("escaped") or []), "workspace": str(ws.resolve()),
               "attempts": _whole(ran.get("attempts"), 1),
-              "infra_cost_usd": float(ran.get("infra_cost_usd") or 0.0)}
+              "infra_cost_usd": float(ran.get("infra_cost_usd") or 0.0),
+              # What the agent left that no program can copy (too deep, a pipe, a socket, a
+              # link leading out): removed before scoring, named here; scored without it.
+              "skipped_files": str(ran.get("skipped_files") or "")}
     record.update(transcripts.usage_metrics(transcript))
     record.update(transcripts.activity(transcript))
     if status == records.NOT_RUN:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pytest_ponybench.cell import agent
 from pytest_ponybench.processes import procs
+from pytest_ponybench.specs.spec import LIST_PRICES
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import valid_cost
 
@@ -169,11 +170,38 @@ def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def list_price(model: str) -> tuple[tuple[float, float, float, float], str]:
+    """(the model's list prices per million tokens, a note): a model with no known price is
+    priced as the most expensive known one, and the note says so."""
+    for prefix, prices in LIST_PRICES.items():
+        if model.startswith(prefix):
+            return prices, f"{prefix} list price"
+    dearest = max(LIST_PRICES, key=lambda prefix: LIST_PRICES[prefix][1])
+    return LIST_PRICES[dearest], f"no known price for model {model or '(not named)'!r}: priced as {dearest}, the dearest known"
+
+
+def estimated_cost(usage: dict, model: str) -> tuple[float | None, str]:
+    """(US dollars, how they were estimated) of the tokens counted in a session that printed
+    no result line (killed at its timeout, cut off): the CLI never reported their cost, and
+    $0 would let stalling cells spend past the run's budget. (None, "") with no tokens."""
+    counts = [_int(usage.get(key)) or 0 for key in
+              ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+    if not any(counts):
+        return None, ""
+    prices, how = list_price(model)
+    cost = sum(n * price for n, price in zip(counts, prices)) / 1e6
+    return round(cost, 6), f"estimated: no result line; {sum(counts)} tokens counted at the {how}"
+
+
 def usage_metrics(t: Transcript) -> dict:
-    """Cost, time, turns and tokens: from the result line, or the usage seen before a kill."""
+    """Cost, time, turns and tokens: from the result line, or the usage seen before a kill
+    (its cost then estimated at list price, `cost_estimated` true and `cost_note` saying how)."""
     result = t.result or {}
     usage = result.get("usage") if isinstance(result.get("usage"), dict) else t.usage_seen
     cost = result.get("total_cost_usd")
+    note = ""
+    if t.result is None:
+        cost, note = estimated_cost(usage, str((t.init or {}).get("model") or ""))
     in_tokens = _int(usage.get("input_tokens"))
     out_tokens = _int(usage.get("output_tokens"))
     cache = None
@@ -183,7 +211,7 @@ def usage_metrics(t: Transcript) -> dict:
     model_usage = result.get("modelUsage") if isinstance(result.get("modelUsage"), dict) else {}
     return {
         # A negative or non-finite cost is no cost: never shown, summed or subtracted.
-        "cost_usd": valid_cost(cost),
+        "cost_usd": valid_cost(cost), "cost_estimated": bool(note), "cost_note": note,
         "duration_ms": _int(result.get("duration_ms")),
         "turns": _int(result.get("num_turns")),
         "denials": len(result["permission_denials"]) if isinstance(result.get("permission_denials"), list) else None,

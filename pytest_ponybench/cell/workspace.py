@@ -161,7 +161,7 @@ def put_back(workspace: Path) -> list[str]:
             except FileNotFoundError:
                 there = None
             if there is not None and stat.S_ISDIR(there.st_mode):
-                shutil.rmtree(ws / name)  # never follows a link inside it
+                remove_tree(ws / name)  # never follows a link inside it, however deep
             os.replace(name, name, src_dir_fd=src, dst_dir_fd=dst)
             moved.append(name)
     finally:
@@ -177,8 +177,127 @@ def fresh(workspace: Path) -> None:
         if folder.is_symlink():
             folder.unlink()
         elif folder.exists():
-            shutil.rmtree(folder)
+            remove_tree(folder)
     workspace.mkdir(parents=True)
+
+
+# What an ordinary program copies, walks and removes: deeper than this, or a longer path
+# inside the workspace, and Python's own copy, walk and removal (recursive, by path) fail
+# (a file 1,200 folders deep raised RecursionError, issue 36 item 5). Far beyond any project.
+MAX_DEPTH = 100  # folders below the workspace
+MAX_PATH_BYTES = 2048  # of a path relative to the workspace
+NAMED_AT_MOST = 20  # entries named one by one in `skipped_files`; the rest are counted
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def remove_tree(path: Path) -> None:
+    """Remove the folder `path` and everything in it, as shutil.rmtree would, but without
+    recursion and through descriptors: a tree of any depth goes (rmtree raised RecursionError
+    on one 1,200 folders deep), one descriptor open at a time, and no link is followed (a link
+    is removed, never entered; `path` itself must not be one)."""
+    path = Path(path)
+    top = os.open(path.parent, _OPEN_DIR)
+    try:
+        fd = os.open(path.name, _OPEN_DIR, dir_fd=top)
+    except BaseException:
+        os.close(top)
+        raise
+    names = [path.name]  # the folders entered, from `path` down to the one `fd` holds
+    try:
+        while names:
+            child = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        child = entry.name
+                        break
+                    os.unlink(entry.name, dir_fd=fd)
+            if child is not None:  # go down into it
+                inner = os.open(child, _OPEN_DIR, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+                names.append(child)
+                continue
+            # Empty: back up and remove it. Nothing else runs in the tree now, so '..' is its parent.
+            name = names.pop()
+            parent = os.open("..", _OPEN_DIR, dir_fd=fd) if names else os.dup(top)
+            os.close(fd)
+            fd = parent
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+        os.close(top)
+
+
+def _special_kind(mode: int) -> str | None:
+    """What a file that is neither a folder, a regular file nor a link is, in words."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        return "a special file"
+    return None
+
+
+def _short(rel: str, limit: int = 120) -> str:
+    return rel if len(rel) <= limit else f"{rel[:limit // 2]}...{rel[-limit // 2:]} ({len(rel)} bytes)"
+
+
+def remove_uncopyable(workspace: Path) -> str:
+    """Remove from the workspace, once the agent's whole process tree is gone, what no
+    ordinary program can copy, walk or score, and name each in one line (the record's
+    `skipped_files`): a folder or file deeper than MAX_DEPTH folders or with a path over
+    MAX_PATH_BYTES, a named pipe, a socket or a device, and a link that leads outside the
+    workspace. The cell is then scored, kept, resumed and rescored with what remains; before,
+    such an entry made the copy for checks, the walk of metrics or the removal of a rerun
+    raise, and the paid cell was `interrupted`, again at every resume. "" when nothing was.
+
+    One walk without recursion; no link is followed."""
+    ws = Path(workspace)
+    if ws.is_symlink() or not ws.is_dir():  # a link put in its place: never walk (and prune) its target
+        return ""
+    real = os.path.realpath(ws)
+    named: list[str] = []
+    count = 0
+    pending = [""]  # folders to look into, relative to the workspace
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(ws / folder if folder else ws))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{folder}/{entry.name}" if folder else entry.name
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            why = None
+            if rel.count("/") >= MAX_DEPTH or len(rel.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+                why = f"deeper than {MAX_DEPTH} folders or a path over {MAX_PATH_BYTES} bytes"
+            elif stat.S_ISLNK(mode):
+                target = os.path.realpath(entry.path)
+                if target != real and not target.startswith(real + os.sep):
+                    why = "a link that leads outside the workspace"
+            else:
+                why = _special_kind(mode)
+            if why is None:
+                if stat.S_ISDIR(mode):
+                    pending.append(rel)
+                continue
+            if stat.S_ISDIR(mode):
+                remove_tree(Path(entry.path))
+            else:
+                os.unlink(entry.path)
+            count += 1
+            if len(named) < NAMED_AT_MOST:
+                named.append(f"{_short(rel)}: {why}")
+    if count > len(named):
+        named.append(f"and {count - len(named)} more")
+    return "; ".join(named)
 
 
 # Entries of a run directory that the harness itself writes: everything else that appears or

@@ -33,10 +33,13 @@ new hash, prompt and parser), and the judge pairs are made from the same rubric.
 from __future__ import annotations
 
 import ast
+import codecs
 import difflib
 import hashlib
 import json
+import os
 import re
+import stat
 import statistics
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +56,8 @@ DEFAULT_VOTES = 3
 RETRIES = 1  # a malformed answer is asked again this many times, then the vote is not judged
 TIMEOUT = 300.0  # seconds one judge request may take
 MAX_SUBMISSION = 60_000  # characters of delivered source the judge is shown at most
+MAX_FILE_BYTES = MAX_SUBMISSION // 2  # bytes read of one workspace file for the judge: one file leaves room for others
+MAX_READ_BYTES = 2 * MAX_SUBMISSION  # bytes read of all of one submission's files
 OVER_BUILT = 2  # over_engineering at or above: the cell counts as over-built
 INCOMPLETE = 1  # completeness at or below: the cell counts as incomplete
 JUDGE_STATUS_OK = "judged"
@@ -178,10 +183,84 @@ def diff_submission(before: dict[str, str], after: dict[str, str]) -> Submission
 
 
 def _read(path: Path) -> str:
+    """A file of the project's own (a fixture's seed): the agent's files go through read_files."""
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def _not_shown(why: str) -> str:
+    return f"[ponybench: not shown: {why}]"
+
+
+def read_file(ws: Path, rel: str, limit: int = MAX_FILE_BYTES) -> tuple[str | None, int]:
+    """(what the judge is shown of the workspace file `rel`, bytes read): its text, cut at
+    `limit` bytes with a line saying so; or one line naming why it is not shown: a link
+    (followed, it would put an outside file, /proc/self/environ, in the prompt), a file in a
+    linked folder, a FIFO, socket or device (never opened: a FIFO's read never ends), a binary
+    file (a NUL byte, or not UTF-8). None: no such file (deleted). Never reads more than
+    `limit` + 1 bytes, so a 1 GiB sparse file costs what a small one does."""
+    path = os.path.join(ws, rel)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None, 0
+    except OSError as exc:
+        return _not_shown(f"unreadable ({exc.strerror})"), 0
+    if stat.S_ISLNK(mode):
+        return _not_shown("a link, not followed"), 0
+    if not stat.S_ISREG(mode):
+        return _not_shown("a FIFO, socket or device, not opened"), 0
+    if os.path.realpath(path) != os.path.join(os.path.realpath(ws), rel):
+        return _not_shown("in a linked folder, not followed"), 0
+    try:
+        # O_NOFOLLOW and O_NONBLOCK: swapped since the lstat for a link or a FIFO, it is still refused, not read
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return _not_shown(f"unreadable ({exc.strerror})"), 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return _not_shown("a FIFO, socket or device, not opened"), 0
+        chunks, got = [], 0
+        while got <= limit:
+            chunk = os.read(fd, limit + 1 - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as exc:
+        return _not_shown(f"unreadable ({exc.strerror})"), 0
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    cut = len(data) > limit
+    try:
+        if b"\0" in data:
+            raise UnicodeDecodeError("utf-8", data, 0, 1, "a NUL byte")
+        # not final when cut: a character split at the cut is left out, not taken for binary
+        text = codecs.getincrementaldecoder("utf-8")().decode(data[:limit], final=not cut)
+    except UnicodeDecodeError:
+        return _not_shown(f"a binary file ({len(data)}{'+' if cut else ''} bytes read)"), len(data)
+    if cut:
+        text += f"\n[ponybench: the file was cut here, after {limit} bytes: it is longer]\n"
+    return text, len(data)
+
+
+def read_files(ws: Path, rels) -> dict[str, str]:
+    """{rel: what the judge is shown of it} (read_file) for the workspace files `rels`, in
+    order, reading MAX_READ_BYTES of them in all: the files past that are named, not read.
+    A file that is not there is left out."""
+    shown, left = {}, MAX_READ_BYTES
+    for rel in rels:
+        if left <= 0:
+            shown[rel] = _not_shown("the submission's limit was reached before it")
+            continue
+        text, read = read_file(Path(ws), rel, min(MAX_FILE_BYTES, left))
+        if text is not None:
+            shown[rel] = text
+        left -= read
+    return shown
 
 
 def cell_submission(task, ws: Path, key: bytes | None, answer: str | None = None) -> Submission:
@@ -195,8 +274,10 @@ def cell_submission(task, ws: Path, key: bytes | None, answer: str | None = None
         return diff_submission(before, after)
     fixture_files = workspace.fixture_manifest(ws, key)
     seeded = workspace.seed_manifest(ws, task.seed, key)
-    delivered = metrics.delivered_files(ws, seeded, fixture_files)
-    sub = files_submission({rel: _read(ws / rel) for rel in delivered})
+    # Links and special files listed too: read_files names them for the judge, never follows or opens them
+    listed = metrics.code_files(ws, fixture_files, regular_only=False)
+    delivered = metrics.delivered_files(ws, seeded, fixture_files, files=listed)
+    sub = files_submission(read_files(ws, [rel for rel in delivered if _judged_path(rel)]))
     if sub.empty and task.kind == "open" and answer:
         blocks = metrics.FENCED_BLOCK.findall(answer)
         if blocks:
@@ -217,7 +298,7 @@ def fixture_change(ws: Path) -> tuple[dict[str, str], dict[str, str]]:
             shown = run("cat-file", "blob", f"{base}:{rel}")  # the blob as stored: no textconv
             if shown.returncode == 0:
                 before[rel] = shown.stdout
-    after = {rel: _read(Path(ws) / rel) for rel in changed if (Path(ws) / rel).is_file()}
+    after = read_files(Path(ws), changed)
     return before, after
 
 

@@ -311,22 +311,18 @@ def cell_work(task, ws: Path, key: bytes | None, answer: str | None) -> Work:
 
     ws = Path(ws)
     seeded = workspace.seed_manifest(ws, task.seed, key)
-    files, shown = [], 0
-    for dirpath, dirnames, filenames in os.walk(ws):
-        if shown > judge.MAX_SUBMISSION:  # the judge is shown no more than this: stop reading
-            break
+    listed = []
+    for dirpath, dirnames, filenames in os.walk(ws):  # links to folders are not entered
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = str(path.relative_to(ws))
-            if name.startswith(("_ponybench", ".")) or path.is_symlink() or not path.is_file():
+            if name.startswith(("_ponybench", ".")):
                 continue
             if seeded.get(rel) is not None and seeded[rel] == metrics._digest_file(path):
                 continue
-            content = judge._read(path) if path.stat().st_size <= judge.MAX_SUBMISSION * 4 else \
-                f"[ponybench: a file of {path.stat().st_size} bytes, not shown]"
-            files.append((rel, content))
-            shown += len(content)
+            listed.append(rel)  # links and special files too: read_files names them, never follows or opens them
+    files = list(judge.read_files(ws, listed).items())
     return Work(answer if isinstance(answer, str) else "", tuple(files))
 
 

@@ -5,7 +5,11 @@ The real ``claude`` CLI runs every cell as usual, but ``ANTHROPIC_BASE_URL`` poi
 tool call per turn, then a final text answer. The CLI really writes the files, so the whole
 pipeline (seeding, agent, checks, metrics, reports) runs end to end without any model.
 
-Each cell gets its own URL, ``http://127.0.0.1:PORT/cell/<key>``; the CLI appends
+Each cell gets its own URL, ``http://127.0.0.1:PORT/cell/<token>``, where the token is a
+random secret made when the cell registers and handed only to that cell's CLI (through its
+``ANTHROPIC_BASE_URL``): code a cell delivered can find the server on loopback, but not
+another cell's path, so it cannot play or spoil another cell's script. A path holding no
+registered token is answered 404 and changes nothing. The CLI appends
 ``/v1/messages?beta=true``. Every request body is recorded per cell, and :func:`prove_arm`
 reads those bodies to prove that the arm's text (``--append-system-prompt``, a plugin's
 SessionStart context and skills) reached the model and no other arm's text did.
@@ -29,10 +33,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import secrets
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
 from pytest_ponybench.specs.faults import FAULT_STATUSES, Fault
 
@@ -106,6 +111,7 @@ FAULT_STALL_SECONDS = 3600.0  # "stall": longer than any cell timeout; the serve
 @dataclass
 class _Cell:
     script: CellScript
+    token: str  # the secret in this cell's URL path
     messages: int = 0  # /v1/messages requests seen, the count a fault's `first` limits
     bodies: list[dict] = field(default_factory=list)  # every /v1/messages body, in order
     calls: list[dict] = field(default_factory=list)  # every HTTP call: method, path, headers, status
@@ -190,7 +196,8 @@ class ScriptedModel:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._cells: dict[str, _Cell] = {}
+        self._cells: dict[str, _Cell] = {}  # by cell key
+        self._keys: dict[str, str] = {}  # the token of each registered cell's URL -> its key
         self._ids = itertools.count(1)
         self._stopping = threading.Event()  # wakes stalled answers when the server stops
 
@@ -238,13 +245,29 @@ class ScriptedModel:
     def register(self, key: str, script: CellScript) -> str:
         """Serve ``script`` to the cell ``key``; returns its ``ANTHROPIC_BASE_URL``.
 
-        Registering a key again replaces its script and clears what it recorded.
+        The URL's path holds a random token, not the key: a cell key is guessable from the
+        run (task, arm, model, run number); the token is known only to whoever gets this URL.
+        Registering a key again replaces its script, clears what it recorded and gives it a
+        new token (an earlier attempt's URL then answers 404).
         """
         if not key:
             raise ValueError("a cell key must not be empty")
+        token = secrets.token_urlsafe(24)
         with self._lock:
-            self._cells[key] = _Cell(script)
-        return f"http://{self._host}:{self.port}/cell/{quote(key, safe='')}"
+            self._drop(key)
+            self._cells[key] = _Cell(script, token)
+            self._keys[token] = key
+        return f"http://{self._host}:{self.port}/cell/{token}"
+
+    def _drop(self, key: str) -> None:
+        old = self._cells.pop(key, None)
+        if old is not None:
+            self._keys.pop(old.token, None)
+
+    def _known(self, token: str | None) -> bool:
+        """Whether `token` is in a registered cell's URL."""
+        with self._lock:
+            return token in self._keys
 
     def requests(self, key: str) -> list[dict]:
         """The JSON bodies of every ``/v1/messages`` request cell ``key`` made, in order."""
@@ -260,19 +283,21 @@ class ScriptedModel:
 
     def forget(self, key: str) -> None:
         with self._lock:
-            self._cells.pop(key, None)
+            self._drop(key)
 
     # answering --------------------------------------------------------------------------
 
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}_ponybench{next(self._ids):08d}"
 
-    def _answer(self, key: str, endpoint: str, body: dict) -> dict:
-        """The response object for one parsed request body (a Message or a token count)."""
+    def _answer(self, token: str, endpoint: str, body: dict) -> dict:
+        """The response object for one parsed request body (a Message or a token count), to
+        the cell whose URL holds `token` (resolved under the lock: a cell registered again
+        meanwhile has a new token, and this one reaches nothing)."""
         with self._lock:
-            cell = self._cells.get(key)
+            cell = self._cells.get(self._keys.get(token, ""))
             if cell is None:
-                raise _ApiError(404, f"no cell is registered under the key {key!r}")
+                raise _ApiError(404, "no cell is registered under this path")
             if endpoint == COUNT_TOKENS_PATH:
                 return {"input_tokens": cell.script.input_tokens}
             cell.bodies.append(body)
@@ -326,11 +351,11 @@ class ScriptedModel:
             raise _CutStream(message)
         return message
 
-    def _record_call(self, key: str | None, call: dict) -> None:
-        if key is None:
+    def _record_call(self, token: str | None, call: dict) -> None:
+        if token is None:
             return
         with self._lock:
-            cell = self._cells.get(key)
+            cell = self._cells.get(self._keys.get(token, ""))
             if cell is not None:
                 cell.calls.append(call)
 
@@ -345,13 +370,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _route(self) -> tuple[str | None, str | None]:
-        """(cell key, endpoint) from ``/cell/<key><endpoint>``; (None, None) if not a cell path."""
+        """(token, endpoint) from ``/cell/<token><endpoint>``; (None, None) if not a cell path."""
         path = urlsplit(self.path).path
         parts = path.split("/", 3)  # "", "cell", key, rest
         if len(parts) < 3 or parts[0] != "" or parts[1] != "cell" or not parts[2]:
             return None, None
         rest = "/" + parts[3] if len(parts) == 4 else ""
-        return unquote(parts[2]), rest.rstrip("/") or "/"
+        return parts[2], rest.rstrip("/") or "/"
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -390,7 +415,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
 
-    def _respond(self, key: str | None, endpoint: str | None) -> tuple[int, str, bytes]:
+    def _respond(self, token: str | None, endpoint: str | None) -> tuple[int, str, bytes]:
         """(status, content type, payload) for this request; never raises, never a 5xx
         unless a fault of the cell's script asks for one. Sets ``self._retryable`` (a played
         error the CLI may retry) and ``self._cut`` (a stream to end mid-message)."""
@@ -401,11 +426,11 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 self.close_connection = True
                 raise _ApiError(400, "the request body could not be read")
-            if key is None:
-                raise _ApiError(404, f"unknown path {urlsplit(self.path).path!r}: "
-                                     "use http://host:port/cell/<key>/v1/messages")
+            if not self.model._known(token):  # the path's own text is not echoed: it may be another cell's guess
+                raise _ApiError(404, "unknown path: use the ANTHROPIC_BASE_URL given to the cell, "
+                                     "then /v1/messages")
             if endpoint not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
-                raise _ApiError(404, f"unknown endpoint {endpoint!r} for cell {key!r}")
+                raise _ApiError(404, f"unknown endpoint {endpoint!r}")
             if self.command != "POST":
                 raise _ApiError(405, f"{self.command} is not supported on {endpoint}: use POST")
             try:
@@ -414,7 +439,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _ApiError(400, f"the request body is not valid JSON: {exc}")
             if not isinstance(body, dict):
                 raise _ApiError(400, "the request body must be a JSON object")
-            answer = self.model._answer(key, endpoint, body)
+            answer = self.model._answer(token, endpoint, body)
             if endpoint == MESSAGES_PATH and body.get("stream") is True:
                 return 200, "text/event-stream", _sse(_message_events(answer))
             return 200, "application/json", json.dumps(answer).encode()
@@ -432,10 +457,10 @@ class _Handler(BaseHTTPRequestHandler):
             return 400, "application/json", _error_body(f"the stand-in failed: {exc!r}")
 
     def _handle(self) -> None:
-        key, endpoint = self._route()
-        status, content_type, payload = self._respond(key, endpoint)
+        token, endpoint = self._route()
+        status, content_type, payload = self._respond(token, endpoint)
         # recorded before the answer leaves, so a client that has its answer sees the record
-        self.model._record_call(key, {
+        self.model._record_call(token, {
             "method": self.command, "path": self.path, "status": status,
             "headers": {k.lower(): v for k, v in self.headers.items()},
         })

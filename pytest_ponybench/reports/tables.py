@@ -47,6 +47,15 @@ def fmt_cost(value: float | None) -> str:
     return "-" if value is None else f"${value:.3f}"
 
 
+def estimated_mark(cells: Sequence[dict], every: bool = False) -> str:
+    """' (estimated)' after a cost that includes a cell's estimate (no result line gave its
+    cost: its counted tokens at list price); with `every`, how many cells were estimated."""
+    n = sum(1 for r in cells if r.get("cost_estimated") is True)
+    if not n:
+        return ""
+    return f" (estimated for {n} {'cell' if n == 1 else 'cells'} with no result line)" if every else " (estimated)"
+
+
 NOT_MEASURED = "not measured"  # stats.NOT_MEASURED, without importing numpy for the cell tables
 
 
@@ -138,7 +147,7 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
                 fmt_count(t.delivered, t.measured),
                 fmt_number(median(locs) if locs else None),
                 fmt_number(mean(tokens) if tokens else None),
-                fmt_cost(mean(costs) if costs else None),
+                fmt_cost(mean(costs) if costs else None) + estimated_mark(measured),
             ])
             if t.left_out:
                 left.append(f"{arm}: {records_.left_out_text(t.left_out)}")
@@ -272,7 +281,7 @@ def header_lines(records: Sequence[dict], reference: str) -> list[str]:
                      "the figures exercise the pipeline and say nothing about any real model.")
     lines += [f"{len(records)} cells; tasks: {names('task')}; arms: {names('arm')}; "
              f"models: {names('model')}; reference arm: `{reference}`; "
-             f"total cost {fmt_cost(sum(costs) if costs else None)}."]
+             f"total cost {fmt_cost(sum(costs) if costs else None)}{estimated_mark(records, every=True)}."]
     if left_out:
         total = sum(left_out.values())
         were = "cell was" if total == 1 else "cells were"

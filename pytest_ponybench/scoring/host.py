@@ -319,23 +319,9 @@ TRUSTED_OPS = {
 _hosts: dict[str, remote.Endpoint] = {}
 
 
-_FUNCTION_TYPE = type(lambda: None)
-_METHOD_TYPE = type(remote.Record.__init__.__get__(object()))
-
-
-def _check_side(value) -> bool:
-    """Was `value` made by the check (its code, or a helper marking it so)? Patched into the
-    stdlib, the host calls it back instead of running its own copy. Cheap: it is asked of
-    every attribute of every module at each load."""
-    kind = type(value)
-    if kind is _FUNCTION_TYPE:
-        return value.__code__.co_filename == "<check>" or value.__dict__.get("_ponybench_check_side") is True
-    if kind is _METHOD_TYPE:
-        return _check_side(value.__func__)
-    return getattr(kind, "__module__", None) == CHECK_MODULE and callable(value)
-
-
-CHECK_MODULE = "__ponybench_check__"  # the __name__ of a check's namespace (checklib.namespace)
+_FUNCTION_TYPE, _METHOD_TYPE = remote.FUNCTION_TYPE, remote.METHOD_TYPE
+_check_side = remote.made_by_check  # a host calls such a function back when the check patches it in
+CHECK_MODULE = remote.CHECK_MODULE
 
 
 # The harness's own packages: a check patches what the agent's code uses, never these.
@@ -380,7 +366,7 @@ def _patched_functions(skip_roots) -> list[tuple[str, str, object]]:
         for attr, value in items:
             kind = type(value)
             if kind is function:
-                if value.__code__.co_filename != "<check>" and "_ponybench_check_side" not in value.__dict__:
+                if value.__code__.co_filename != remote.CHECK_CODE and "_ponybench_check_side" not in value.__dict__:
                     continue
             elif kind is method:
                 if not _check_side(value.__func__):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path, PurePosixPath
 
 from pytest_ponybench.store import snapshot
@@ -64,10 +65,10 @@ def _selfcheck_start(lines: list[str]) -> int | None:
     return None
 
 
-def code_files(workspace: Path, seeded: set[str]) -> list[str]:
+def code_files(workspace: Path, seeded: set[str], regular_only: bool = True) -> list[str]:
     """Workspace-relative paths of the code files the agent delivered: regular files (no
     link) with a code extension, outside `__pycache__` and `node_modules`, not named `.*` or
-    `_*`, not seeded.
+    `_*`, not seeded. `regular_only=False`: links and special files too (the judge names them).
 
     One os.walk, which does not follow links to folders (as Path.rglob does not): rglob made
     a Path of every entry, twice the cost of the whole walk in a rescore's profile."""
@@ -80,8 +81,8 @@ def code_files(workspace: Path, seeded: set[str]) -> list[str]:
             if name.startswith((".", "_")) or os.path.splitext(name)[1] not in CODE_EXTENSIONS:
                 continue
             rel = name if rel_folder == "." else f"{rel_folder}/{name}"
-            if rel not in seeded and os.path.isfile(os.path.join(folder, name)) \
-                    and not os.path.islink(os.path.join(folder, name)):
+            if rel not in seeded and (not regular_only or os.path.isfile(os.path.join(folder, name))
+                                      and not os.path.islink(os.path.join(folder, name))):
                 found.append(rel)
     return sorted(found)
 
@@ -163,10 +164,17 @@ def diff_stats(workspace: Path) -> dict:
 
 
 def _digest_file(path: Path) -> str | None:
+    """The sha256 of a regular file, read in chunks (a 1 GiB file costs no 1 GiB of memory);
+    None for a link, a FIFO (whose read would never end), a socket or a device."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    with open(fd, "rb") as file:
+        try:
+            return hashlib.file_digest(file, "sha256").hexdigest() if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        except OSError:
+            return None
 
 
 def delivered_files(workspace: Path, seeded: dict[str, str], fixture_files: set[str],

@@ -24,6 +24,8 @@ from pytest_ponybench.scoring import check_boundary, check_state
 class _Clock:
     """2024-01-01T00:00:00Z, then one second later on each call (the fixture's FakeClock)."""
 
+    _ponybench_check_side = True  # a stub the app calls back across the boundary: it gives back a str
+
     def __init__(self):
         self.seconds = 0
 

@@ -12,9 +12,12 @@ sets, bytes, Decimal, dates, big ints, NaN, dataclass fields). Never a pickle: n
 host sends can make the check run code of its choosing.
 
 Objects that are not data stay where they were made and cross as handles: an agent object
-is a `Remote` in the check; a callable the check passes (a clock lambda, a spy, a fake
+is a `Remote` in the check; a stub the check's code wrote (a clock lambda, a spy, a fake
 gateway) is a proxy in the host (`CheckObject`) that calls back into the check, which serves
-such requests while it waits for its own reply. What each side may ask of the other is the
+such requests while it waits for its own reply. Nothing else of the check's side crosses
+(`may_cross_as_stub`): a path, a file, a module or a library's function would run its methods
+in the check's process, which sees the reference's copy; the check fails with a sentence
+naming it (`crossing_refusal`), whatever its code or the agent's catches. What each side may ask of the other is the
 table of operations its `Endpoint` serves (host.HOST_OPS, host.TRUSTED_OPS), handed to it by
 whoever makes it: the host may only call what the check handed it and read its public
 attributes: it gets no `__globals__`, no module, no setattr on the check's side. Changes of the
@@ -24,7 +27,7 @@ A host that dies, sends garbage, a message over MESSAGE_LIMIT or a value nested 
 than DEPTH_LIMIT is killed and marks the check broken: `checks.run_here` then writes a
 failing verdict, whatever the check code caught.
 
-Whole at about 800 lines: the framing, the codec and the proxies are one protocol (decoding
+Whole at about 900 lines: the framing, the codec and the proxies are one protocol (decoding
 makes proxies, every proxy use is a request, a request waits while serving the other side's),
 and a part cut off would import the rest as the rest imports it.
 
@@ -37,6 +40,7 @@ import base64
 import builtins
 import dataclasses
 import datetime as _dt
+import io
 import json
 import math
 import os
@@ -45,6 +49,7 @@ import socket
 import struct
 import sys
 import time
+import types
 from decimal import Decimal
 
 
@@ -57,6 +62,10 @@ _HEADER = struct.Struct(">I")
 class AgentProcessDied(BaseException):
     """The agent's process ended or broke the protocol during a call. A BaseException: a
     check's `except Exception` (a refusal is fine) must not read a dead host as a refusal."""
+
+
+class NotPlainData(TypeError):
+    """A value of the check's side that may not cross to the agent's code (`crossing_refusal`)."""
 
 
 _broken: list[str] = []
@@ -254,7 +263,11 @@ class Endpoint:
     def request(self, op: str, target=None, *args):
         if self.dead:
             raise AgentProcessDied(_broken[0] if _broken else getattr(self, "stopped", "the agent's process is gone"))
-        message = {"q": op, "t": target, "a": [self.encode(a) for a in args]}
+        try:
+            message = {"q": op, "t": target, "a": [self.encode(a) for a in args]}
+        except NotPlainData as refused:
+            _fail_check(str(refused))  # the check fails, whatever its code catches (a differential reads errors as refusals)
+            raise
         if self.releases:
             message["free"], self.releases = self.releases, []
         if self.trusted:
@@ -319,6 +332,8 @@ class Endpoint:
         except AgentProcessDied:
             raise
         except BaseException as exc:  # the other side's call failed: it gets the exception
+            if isinstance(exc, NotPlainData):
+                _fail_check(str(exc))  # a stub gave back an object of the check's side: the agent's code may catch that
             reply = {"e": self.encode_exception(exc)}
         try:
             data = json.dumps(reply, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -370,7 +385,7 @@ class Endpoint:
         if isinstance(value, Record) and value._remote is not None and value._remote._endpoint is self:
             return {"$": "ref", "id": value._remote._id}
         inner = depth + 1
-        if kind is _ByReference:
+        if kind is _ByReference and not self.trusted:
             return self.export(value.value)
         if isinstance(value, BaseException):
             return {"$": "exc", "v": self.encode_exception(value)}
@@ -410,6 +425,8 @@ class Endpoint:
         if not self.trusted and dataclasses.is_dataclass(value) and not isinstance(value, type):
             fields = [[f.name, self.encode(getattr(value, f.name), inner)] for f in dataclasses.fields(value)]
             return {"$": "record", "name": type(value).__name__, "v": fields, "obj": self.export(value)}
+        if self.trusted and not may_cross_as_stub(value):
+            raise NotPlainData(crossing_refusal(value))
         return self.export(value)
 
     @staticmethod
@@ -558,6 +575,82 @@ class Endpoint:
 
 
 ORIGIN = "_ponybench_origin"  # on a mirrored exception: the proxy of the other side's original
+
+
+def _fail_check(reason: str) -> None:
+    if not _broken:
+        _broken.append(reason)
+
+
+# What of the check's side crosses as a handle ---------------------------------------------------
+
+CHECK_MODULE = "__ponybench_check__"  # the __name__ of a check's namespace (checklib.namespace)
+CHECK_CODE = "<check>"  # the file name a check's code is compiled under (checks.run_here)
+FUNCTION_TYPE = types.FunctionType
+METHOD_TYPE = types.MethodType
+
+# Iterators over data: a check's stub may hand one back from __iter__; each item then crosses
+# (or is refused) on its own at `next`.
+_DATA_ITERATORS = frozenset(type(iter(empty)) for empty in ([], (), {}, set(), "", "\u00e9", b"", range(0), {}.values(), {}.items()))
+
+
+def made_by_check(value) -> bool:
+    """Is `value` a callable the check made (a function of its code, an instance of a class of
+    its code, a method of either, or a function a helper marks as the check's: fake_clock's)?
+    Cheap: a host's start asks it of every attribute of every module the check names."""
+    kind = type(value)
+    if kind is FUNCTION_TYPE:
+        return value.__code__.co_filename == CHECK_CODE or value.__dict__.get("_ponybench_check_side") is True
+    if kind is METHOD_TYPE:
+        return made_by_check(value.__func__)
+    return getattr(kind, "__module__", None) == CHECK_MODULE and callable(value)
+
+
+def may_cross_as_stub(value) -> bool:
+    """May this object of the check's side cross to the agent's code as a handle, whose every
+    use runs back in the check's process (which sees the reference)? Only the stubs a ticket's
+    interface needs, written in the check's code: its functions and lambdas (a clock), its
+    classes and their instances (a fake gateway) and their methods and generators, a helper's
+    function or class marked `_ponybench_check_side` (fake_clock's, regressions' clock), plus
+    iterators over data. Whatever they give back crosses by the same rule. A path, a file, a
+    module, a function or object of the standard library or of the harness never does: its
+    methods would read and write with the check's view."""
+    if made_by_check(value):
+        return True
+    if isinstance(value, type):
+        return value.__module__ == CHECK_MODULE
+    kind = type(value)
+    if kind.__module__ == CHECK_MODULE or vars(kind).get("_ponybench_check_side") is True:  # a helper's stub class
+        return True
+    if kind is types.GeneratorType:
+        return value.gi_code.co_filename == CHECK_CODE
+    return kind in _DATA_ITERATORS
+
+
+def crossing_refusal(value) -> str:
+    """The sentence a check fails with when it hands the agent's code something of its own side."""
+    try:
+        shown = repr(value)
+    except BaseException:
+        shown = object.__repr__(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    if isinstance(value, Proxy):
+        instead = "pass its value (what a call returned), not the object: one tree's code must not run another's"
+    elif isinstance(value, os.PathLike):
+        instead = "pass str(path) and read the file inside the check"
+    elif isinstance(value, io.IOBase):
+        instead = "pass its contents (data = file.read()) and keep the file in the check"
+    elif isinstance(value, types.ModuleType):
+        instead = "pass the values the agent's code needs, or a stub function or class written in the check's code"
+    elif callable(value):
+        instead = ("pass a function written in the check's code that takes and returns plain data "
+                   "(def stub(...): ... around what it does)")
+    else:
+        instead = "pass its data (its fields as a dict or tuple), or an instance of a stub class written in the check's code"
+    return (f"the check handed the agent's code a {type(value).__name__} ({shown}), an object of the check's side "
+            f"whose methods would run in the check's process, which sees the reference; only plain data (None, bool, "
+            f"int, float, str, bytes, and lists, tuples, dicts and sets of them) and stubs written in the check's "
+            f"code cross the trust boundary: {instead}")
 
 
 def _safe_str(exc) -> str:

@@ -35,6 +35,19 @@ DEFAULT_MODEL_IDS = {
     "opus": "claude-opus-4-8",
 }
 
+# List prices in US dollars per million tokens: (input, output, cache write, cache read), by
+# model id prefix, for the models above. Source: the pinned CLI's own model catalog
+# (2.1.328, `pricing_tiers` haiku_45, tier_3_15 and tier_5_25 of claude-haiku-4-5,
+# claude-sonnet-4-6 and claude-opus-4-8), as on https://www.anthropic.com/pricing. The cache
+# write is the 1-hour price (twice the input), the higher of the two the CLI may pay: an
+# estimate must not come in under the spend. Used only for a session that printed no result
+# line (killed at its timeout), whose cost the CLI never reported.
+LIST_PRICES = {
+    "claude-haiku-4-5": (1.0, 5.0, 2.0, 0.10),
+    "claude-sonnet-4-6": (3.0, 15.0, 6.0, 0.30),
+    "claude-opus-4-8": (5.0, 25.0, 10.0, 0.50),
+}
+
 TASK_FIELDS = {
     "description": "one line for humans",
     "prompt": "the instruction to the agent (required)",

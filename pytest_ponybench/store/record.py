@@ -71,6 +71,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
     # how the agent run ended
     "status": _str, "ran": _bool, "error": _str, "rehearsal": _bool, "reused": _bool,
     "escaped": _str, "workspace": _str,
+    "skipped_files": _str,  # what the agent left that no program can copy, removed and named (workspace.py)
     "workspace_cut": _str,  # only on a remote worker's cell whose workspace did not all fit home (fleet.py)
     # verdicts
     # None: the task has no check on that axis, so the axis was not measured (never a pass)
@@ -80,7 +81,8 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "delivered": _bool, "files": (int,), "src_files": (int,), "total_loc": (int,),
     "src_loc": (int,), "test_files": (int,), "test_loc": (int,),
     # usage (transcript.usage_metrics)
-    "cost_usd": _num, "duration_ms": _int, "turns": _int, "denials": _int,
+    # cost_estimated: no result line gave the cost, so it is the counted tokens at list price
+    "cost_usd": _num, "cost_estimated": _bool, "cost_note": _str, "duration_ms": _int, "turns": _int, "denials": _int,
     "in_tokens": _int, "out_tokens": _int, "cache_tokens": _int, "total_tokens": _int,
     "served_model": _str, "claude_version": _str, "plugins": _str, "tools": _str,
     # what the agent did (transcript.activity): 'Name:count' pairs, skill names, distinct files

@@ -37,6 +37,8 @@ and misbehaves on request. What it does comes from the JSON file named by PONYBE
   extra_plugins / extra_tools: added to the init line (a wrong arm)
   drop_plugin: leave the --plugin-dir plugin out of the init line
   cost, input_tokens, output_tokens: usage figures
+  odd_files: also leave what no ordinary program copies: a file `deep` folders down (default
+            1200, a 2.4 kB path), a named pipe, a unix socket and a link to /etc/hostname
   calls:    a file to which one line per invocation is appended
 The real binary is tested end to end against the scripted model server (tests/test_e2e.py).
 """
@@ -146,6 +148,8 @@ def main(argv):
         target = Path(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+    if spec.get("odd_files"):
+        leave_odd_files(int(spec.get("deep", 1200)))
     if mode == "fill_disk":
         # A hostile or careless agent fills the disk of its workspace, then its CLI finishes.
         try:
@@ -224,6 +228,24 @@ def main(argv):
           "usage": usage, "modelUsage": {arg(argv, "--model"): {"costUSD": spec.get("cost", 0.0123)}},
           "permission_denials": [], "stop_reason": "end_turn"})
     return 0
+
+
+def leave_odd_files(depth):
+    """A file `depth` folders down (made one folder at a time: os.makedirs and Path.mkdir
+    recurse), a FIFO, a bound unix socket and a link out of the workspace."""
+    here = os.open(".", os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d")
+        os.chdir("d")
+    Path("deep.txt").write_text("deep\n")
+    os.fchdir(here)
+    os.close(here)
+    os.mkfifo("pipe")
+    import socket
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind("sock")
+    sock.close()
+    os.symlink("/etc/hostname", "outside.txt")
 
 
 def plugin_hooks(plugin_dir):

@@ -88,9 +88,10 @@ def _env(env: dict[str, str] | None) -> dict[str, str]:
 
 
 def run(root: Path, args: list[str], env: dict[str, str] | None = None,
-        timeout: float = 240) -> subprocess.CompletedProcess:
+        timeout: float = 900) -> subprocess.CompletedProcess:
     """`python -m pytest ARGS` in `root`, to its end. Every process the child started dies at
-    once if the call fails (its timeout, Ctrl-C), else when the test ends (proc_tree)."""
+    once if the call fails (its timeout, Ctrl-C), else when the test ends (proc_tree). The
+    timeout only ends a hung session: far above what one takes on a loaded machine."""
     with proc_tree.call_tree(_env(env)) as marked:
         return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=marked,
                               capture_output=True, text=True, timeout=timeout)
@@ -118,7 +119,7 @@ class Session:
     def stdout(self) -> str:
         return self.out_path.read_text(errors="replace")
 
-    def wait(self, timeout: float = 240) -> int:
+    def wait(self, timeout: float = 900) -> int:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -151,7 +151,7 @@ def summary(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "summary.json").read_text())
 
 
-def run_pytest(root: Path, args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+def run_pytest(root: Path, args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     """`python -m pytest ARGS` in `root`, for runs that several tests read (pytester is
     per test). Output is text, stdout and stderr apart. Every process the child started dies
     at once if the call fails (its timeout, Ctrl-C), else when the test or module ends (proc_tree)."""
