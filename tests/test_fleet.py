@@ -20,6 +20,7 @@ import pytest
 
 from pytest_ponybench.run import fleet, options
 from pytest_ponybench.rehearsal.server import Fault
+from pytest_ponybench.store import snapshot
 from pytest_ponybench.store.rundir import RunDir
 from pytest_ponybench.specs.spec import load_task
 from support.benchproc import (
@@ -103,7 +104,8 @@ def test_a_rehearsal_on_remote_workers_brings_every_workspace_home_and_rescores_
         lines = [json.loads(line) for line in (ws / "_ponybench.transcript.jsonl").read_text().splitlines()]
         (init,) = [line for line in lines if line.get("subtype") == "init"]
         assert str(where["hosttmp"]) in init["cwd"] and str(run_dir) not in init["cwd"], init["cwd"]
-    assert (run_dir / "notes_health__baseline__haiku__0" / ".git").is_dir()  # the fixture's snapshot too
+    assert (run_dir / "notes_health__baseline__haiku__0" / ".git").is_dir()  # the agent's copy of the snapshot
+    assert snapshot.snapshot_dir(run_dir / "notes_health__baseline__haiku__0").is_dir()  # the harness's, too
     assert len((run_dir / "_ponybench.spend.jsonl").read_text().splitlines()) == 4
     # The workers' folders got xdist's rsync of pytest, nothing of the benchmark; their scratch
     # folders were removed once everything went home.

@@ -15,8 +15,8 @@ import stat
 from pathlib import Path
 
 from pytest_ponybench.cell import beside
-from pytest_ponybench.scoring.metrics import git
 from pytest_ponybench.specs.spec import HARNESS_PREFIX, TaskSpec
+from pytest_ponybench.store import snapshot as harness_snapshot
 from pytest_ponybench.store.rundir import read_record, records_dir, write_record
 
 # In the workspace once the CLI's tree is gone: what the CLI printed (kept for scoring).
@@ -62,16 +62,21 @@ def write_files(workspace: Path, files: dict[str, str]) -> None:
         target.write_text(content, encoding="utf-8")
 
 
+# The agent's own .git: a plain copy of the harness's snapshot, the repository it always saw.
+AGENT_GIT_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"
+
+
 def snapshot(workspace: Path) -> None:
-    """Commit the seeded tree, so the agent's work is exactly `git diff` against it."""
-    git(workspace, "init", "-q")
-    exclude = workspace / ".git" / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    exclude.write_text(f"{HARNESS_PREFIX}*\n", encoding="utf-8")
-    git(workspace, "add", "-A")
-    done = git(workspace, "commit", "-q", "--no-verify", "--allow-empty", "-m", "ponybench: seeded workspace")
-    if done.returncode != 0:
-        raise RuntimeError(f"git could not snapshot the fixture in {workspace}: {done.stderr.strip()}")
+    """Commit the seeded tree, so the agent's work is exactly the diff against it. The commit
+    scoring and the judge read is the harness's, beside the workspace; the agent gets a copy
+    as its .git (the repository it always saw), which nothing of the harness reads again:
+    the agent can rewrite it."""
+    kept = harness_snapshot.take(workspace)
+    own = workspace / ".git"
+    shutil.copytree(kept, own)
+    (own / "config").write_text(AGENT_GIT_CONFIG, encoding="utf-8")
+    (own / "info" / "attributes").unlink()  # the harness's neutral attributes: not the agent's
+    (own / "info" / "exclude").write_text(f"{HARNESS_PREFIX}*\n", encoding="utf-8")
 
 
 def digest(text: str) -> str:

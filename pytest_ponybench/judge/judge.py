@@ -48,6 +48,7 @@ from pathlib import Path
 
 from pytest_ponybench.cell import agent, transcript as transcripts, workspace
 from pytest_ponybench.scoring import metrics
+from pytest_ponybench.store import snapshot
 
 AXES = ("over_engineering", "completeness")
 DEFAULT_JUDGE_MODEL = "sonnet"  # an alias of spec.DEFAULT_MODEL_IDS, or a full claude-... id
@@ -286,20 +287,15 @@ def cell_submission(task, ws: Path, key: bytes | None, answer: str | None = None
 
 def fixture_change(ws: Path) -> tuple[dict[str, str], dict[str, str]]:
     """({path: content at the seeded snapshot}, {path: content now}) of the files a fixture
-    workspace changed since its snapshot. Read-only, as metrics.diff_stats: git stages the
-    working tree into a throwaway index and object store."""
-    with tempfile.TemporaryDirectory(prefix="ponybench-judge-diff-") as tmp:
-        objects = Path(ws) / ".git" / "objects"
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
-               "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(objects.resolve()), "GIT_OPTIONAL_LOCKS": "0"}
-        (Path(tmp) / "objects").mkdir()
-        metrics.git(ws, "read-tree", "HEAD", env=env)
-        metrics.git(ws, "add", "-A", env=env)
-        names = metrics.git(ws, "diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", env=env).stdout
+    workspace changed since its snapshot. Read-only, as metrics.diff_stats, through the same
+    staging (`snapshot.staged`): nothing the agent wrote under .git or in an attribute or
+    ignore file runs or decides what the judge reads."""
+    with snapshot.staged(ws) as (base, run):
+        names = run("diff", "--cached", "--name-only", "--no-renames", "-z", base).stdout
         changed = [rel for rel in names.split("\0") if rel and _judged_path(rel)]
         before = {}
         for rel in changed:
-            shown = metrics.git(ws, "show", f"HEAD:{rel}", env=env)
+            shown = run("cat-file", "blob", f"{base}:{rel}")  # the blob as stored: no textconv
             if shown.returncode == 0:
                 before[rel] = shown.stdout
     after = read_files(Path(ws), changed)

@@ -13,9 +13,9 @@ import hashlib
 import os
 import re
 import stat
-import subprocess
-import tempfile
 from pathlib import Path, PurePosixPath
+
+from pytest_ponybench.store import snapshot
 
 CODE_EXTENSIONS = frozenset({".py", ".js", ".ts", ".jsx", ".tsx", ".html", ".css", ".go", ".rs", ".java", ".rb", ".sh"})
 COMMENT_PREFIXES = ("#", "//", "*", "/*", "*/")
@@ -111,28 +111,11 @@ def workspace_stats(workspace: Path, seeded: set[str] = frozenset(), selfcheck_a
             "src_loc": src_loc, "test_files": len(tests), "test_loc": test_loc}
 
 
-# Git reads no configuration but the repository's own: a user's or the system's settings
-# (a filter, a hook path, autocrlf) must not change what a cell scores.
-NO_OUTSIDE_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
-
-
-def git(workspace: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**NO_OUTSIDE_CONFIG, **(env or {})}
-    return subprocess.run(
-        ["git", "-c", "user.email=ponybench@localhost", "-c", "user.name=ponybench",
-         "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", "-c", "gc.auto=0",
-         "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false", *args],
-        cwd=workspace, capture_output=True, text=True, timeout=120,
-        env={**os.environ, **env},
-    )
-
-
-def _numstat(workspace: Path, env: dict[str, str], seeded: str) -> list[tuple[str, str]]:
+def _numstat(run, base: str) -> list[tuple[str, str]]:
     """(added, path) of each file staged against the snapshot, read with -z: without it git
     quotes unusual names ("caf\\303\\251.py") and writes a rename as "a/{x.py => y.py}", and
     either would hide the file's real suffix and folders. A rename is counted under its new path."""
-    tokens = git(workspace, "-c", "core.bare=false", "diff", "--cached", "--numstat", "-z", seeded or "HEAD",
-                 env=env).stdout.split("\0")
+    tokens = run("diff", "--cached", "--numstat", "-z", base).stdout.split("\0")
     rows, i = [], 0
     while i < len(tokens):
         fields = tokens[i].split("\t")
@@ -155,25 +138,12 @@ def diff_stats(workspace: Path) -> dict:
     """Added lines of code files the agent created or changed since the seeded snapshot:
     the '+N' a pull request shows. Lockfiles and generated files are skipped, tests apart.
 
-    Read-only: git stages the working tree into a throwaway repository of the harness's (the
-    workspace's own objects serve as an alternate), so scoring writes nothing under the
-    workspace's .git, and scoring it twice gives the same figures. That repository's own
-    configuration is git's default: a filter, hook or fsmonitor command the agent wrote into
-    the workspace's .git/config never runs (it would run here, unsandboxed, at every rescore)."""
+    Read-only, and nothing of the agent's runs or decides: git stages the working tree into a
+    throwaway repository of the harness's over the seeded snapshot (`snapshot.staged`)."""
     stats = dict(EMPTY)
     changed = 0
-    with tempfile.TemporaryDirectory(prefix="ponybench-diff-") as tmp:
-        dot_git = Path(workspace) / ".git"
-        seeded = git(workspace, "rev-parse", "--verify", "--quiet", "HEAD^{commit}",
-                     env={"GIT_DIR": str(dot_git)}).stdout.strip()
-        scratch = Path(tmp) / "git"
-        git(Path(tmp), "init", "-q", "--bare", str(scratch))
-        (scratch / "objects" / "info" / "alternates").write_text(f"{(dot_git / 'objects').resolve()}\n")
-        env = {"GIT_DIR": str(scratch), "GIT_WORK_TREE": str(Path(workspace).resolve()),
-               "GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_OPTIONAL_LOCKS": "0"}
-        git(workspace, "-c", "core.bare=false", "read-tree", seeded or "HEAD", env=env)
-        git(workspace, "-c", "core.bare=false", "add", "-A", env=env)
-        rows = _numstat(workspace, env, seeded)
+    with snapshot.staged(workspace) as (base, run):
+        rows = _numstat(run, base)
     for added_text, rel in rows:
         if not _counted_in_diff(rel):
             continue
