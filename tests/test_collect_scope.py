@@ -166,3 +166,25 @@ def test_a_selftest_proof_that_held_is_remembered_by_the_proof_cache(pytester, m
     proved.unlink()
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "selftest").assert_outcomes(passed=4)
     assert not proved.exists(), "an unchanged reference was proven again"
+
+
+OVERLAP_PROBE = ("import threading\n"
+                 "from pytest_ponybench.instruments import gate\n"
+                 "real = gate.prove_reference\n"
+                 "started = {'good': threading.Event(), 'bad': threading.Event()}\n"
+                 "def overlapping(task, side):\n"
+                 "    started[side].set()\n"
+                 "    other = started['bad' if side == 'good' else 'good'].wait(timeout=120)\n"
+                 "    with open('overlap.log', 'a') as log:\n"
+                 "        log.write(f'{side} {other}\\n')\n"
+                 "    return real(task, side)\n"
+                 "gate.prove_reference = overlapping\n")
+
+
+def test_a_selftest_without_xdist_overlaps_its_proofs(pytester):
+    # Each reference proof waits for the other to start: proven one after the other, the first
+    # would wait in vain (and log False).
+    _task_project(pytester.path)
+    (pytester.path / "conftest.py").write_text(OVERLAP_PROBE)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "selftest").assert_outcomes(passed=4)
+    assert sorted((pytester.path / "overlap.log").read_text().split("\n")[:2]) == ["bad True", "good True"]

@@ -176,6 +176,11 @@ def proven(proof, args: tuple, key: str, directory: Path | None) -> str | None:
     return problem
 
 
+def proofs_at_once() -> int:
+    """Each proof waits on child processes, so threads overlap them well on two cores."""
+    return max(2, os.cpu_count() or 2)
+
+
 def prove_all(tasks: list[TaskSpec], cli_version: str = "", cache: Path | None | str = "default") -> list[str]:
     """Every instrument at once; the list of what is broken (empty when all hold). Proofs
     that held before, for the same task spec, fixture, harness code and CLI version, are
@@ -185,7 +190,6 @@ def prove_all(tasks: list[TaskSpec], cli_version: str = "", cache: Path | None |
     jobs = [(prove_reference, (t, side), reference_proof_key(harness, t, side))
             for t in tasks if t.gated for side in ("good", "bad")]
     jobs += [(proof, (), proof_key(harness, name)) for name, proof in harness_proofs().items()]
-    # Each proof waits on child processes, so threads overlap them well on two cores.
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+    with ThreadPoolExecutor(max_workers=proofs_at_once()) as pool:
         results = list(pool.map(lambda job: proven(*job, directory), jobs))
     return [r for r in results if r]

@@ -19,6 +19,7 @@ changing a task (`pytest -m ponybench_quality`).
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -122,15 +123,37 @@ class TasksDir(pytest.Dir):
             yield HarnessItem.from_parent(self, name=f"harness-{name}")
 
 
+_PROOFS = pytest.StashKey[dict]()
+
+
+def proven_ahead(item) -> str | None:
+    """The item's proof (`item.prove()`). Without xdist, the first proof item starts every
+    selected one in threads, gate.proofs_at_once() at a time as the run's gate does, and each
+    item reports its own: a selftest without `-n` overlaps its proofs too. Under xdist each
+    worker proves its own items: the workers overlap them."""
+    if hasattr(item.config, "workerinput"):
+        return item.prove()
+    futures = item.config.stash.get(_PROOFS, None)
+    if futures is None:
+        pool = ThreadPoolExecutor(max_workers=instruments.proofs_at_once())
+        futures = {i.nodeid: pool.submit(i.prove) for i in item.session.items if isinstance(i, (SelftestItem, HarnessItem))}
+        pool.shutdown(wait=False)
+        item.config.stash[_PROOFS] = futures
+    return futures[item.nodeid].result()
+
+
 class SelftestItem(_PlainFailure, pytest.Item):
     def __init__(self, *, task: TaskSpec, side: str, **kwargs):
         super().__init__(**kwargs)
         self.task, self.side = task, side
         self.add_marker("selftest")
 
-    def runtest(self):
+    def prove(self) -> str | None:
         key = instruments.reference_proof_key(instruments.harness_fingerprint(""), self.task, self.side)
-        problem = instruments.proven(instruments.prove_reference, (self.task, self.side), key, instruments.cache_dir())
+        return instruments.proven(instruments.prove_reference, (self.task, self.side), key, instruments.cache_dir())
+
+    def runtest(self):
+        problem = proven_ahead(self)
         if problem:
             raise CellFailed(problem)
 
@@ -191,10 +214,13 @@ class HarnessItem(_PlainFailure, pytest.Item):
         super().__init__(**kwargs)
         self.add_marker("selftest")
 
-    def runtest(self):
+    def prove(self) -> str | None:
         proof = self.name.removeprefix("harness-")
         key = instruments.proof_key(instruments.harness_fingerprint(""), proof)
-        problem = instruments.proven(instruments.harness_proofs()[proof], (), key, instruments.cache_dir())
+        return instruments.proven(instruments.harness_proofs()[proof], (), key, instruments.cache_dir())
+
+    def runtest(self):
+        problem = proven_ahead(self)
         if problem:
             raise CellFailed(problem)
 

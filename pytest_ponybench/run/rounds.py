@@ -425,7 +425,7 @@ class PlanPlugin:
 
 
 def register(state, config) -> None:
-    """Called from plugin.pytest_configure once the state is made."""
+    """Called from hooks.configure once the state is made."""
     s = settings(config)
     if s.plan and not hasattr(config, "workerinput"):
         # Collect only: the controller's gate and every cell stay out, as under --co.
