@@ -251,7 +251,7 @@ def test_a_cell_that_edits_a_forbidden_file_fails_correct_naming_it(halve, tmp_p
     assert record["failure"] == "incorrect: changed vendor.py, which the ticket says not to change"
 
 
-# --- the check-strength section of a `-m selftest` session ------------------------------------
+# --- the check-strength section of a `-m ponybench_quality` session ---------------------------
 
 def _selftest_project(root: Path) -> None:
     (root / "tasks").mkdir()
@@ -265,19 +265,24 @@ def _selftest_project(root: Path) -> None:
 def test_a_selftest_session_prints_the_catch_counts(pytester):
     _selftest_project(pytester.path)
     # halve's checks leave mutants alive (tests/test_ticket_checks.py covers the mutation score)
-    result = pytester.runpytest("-m", "selftest", "-p", "no:cacheprovider", "-k", "not mutants")
+    result = pytester.runpytest("-m", "selftest or ponybench_quality", "-p", "no:cacheprovider", "-k", "not mutants")
     result.assert_outcomes(passed=4, deselected=2)
     result.stdout.fnmatch_lines(["*check strength (tests/variants, review lines, mutants)*", "task*caught*accepted*",
                                  "halve*2/3*1/2*too weak or too strict*",
                                  "  halve/not_caught: passes the safe check*"])
+    # A user's selftest proves the references; check strength is the library's quality work.
+    result = pytester.runpytest("-m", "selftest", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4, deselected=2)
+    assert "check strength" not in result.stdout.str()
 
 
 def test_no_section_when_other_tests_ran_or_without_variants(pytester):
     _selftest_project(pytester.path)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "not mutants")
+    result = pytester.runpytest("-m", "ponybench_quality or not ponybench_quality", "-p", "no:cacheprovider",
+                                "-k", "not mutants")
     result.assert_outcomes(passed=5, deselected=1)
     assert "check strength" not in result.stdout.str()
     (pytester.path / "tests" / "variants" / "halve.yaml").unlink()
     (pytester.path / "tests" / "variants").rmdir()
-    result = pytester.runpytest("-m", "selftest", "-p", "no:cacheprovider", "-k", "not mutants")
+    result = pytester.runpytest("-m", "selftest or ponybench_quality", "-p", "no:cacheprovider", "-k", "not mutants")
     assert "check strength" not in result.stdout.str()

@@ -77,3 +77,114 @@ def test_plots_are_drawn_only_when_asked_for(tmp_path):
     asked = run(root, bench_args(root, "-q", "--ponybench-plots", f"--ponybench-rescore={first}"), env=env)
     assert asked.returncode == 0, asked.stdout[-3000:]
     assert plot_images(first) == 3
+
+
+# --- inert until asked (issue 37): a project that only has the plugin installed ----------------
+
+ANSIBLE_TASKS = "- name: install nginx\n  apt:\n    name: nginx\n"
+# Prints, at the session's end, the plugin's registered parts: none in an inert session.
+PARTS_PROBE = ("def pytest_unconfigure(config):\n"
+               "    parts = sorted(n for n, _ in config.pluginmanager.list_name_plugin() if str(n).startswith('ponybench-'))\n"
+               "    print('ponybench parts:', ','.join(parts) or 'none')\n")
+
+
+def ansible_project(root: Path) -> Path:
+    (root / "tasks").mkdir()
+    (root / "tasks" / "main.yml").write_text(ANSIBLE_TASKS)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    (root / "conftest.py").write_text(PARTS_PROBE)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    return root
+
+
+def test_plain_pytest_in_a_project_with_an_ansible_tasks_folder_runs_its_one_test_and_nothing_else(pytester):
+    ansible_project(pytester.path)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
+    result.assert_outcomes(passed=1)
+    assert "main.yml" not in result.stdout.str()
+    assert "ponybench parts: none" in result.stdout.str()  # no session hooks, no check-strength section
+    listed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--co", "-q")
+    assert [line for line in listed.stdout.lines if "::" in line] == ["tests/test_one.py::test_one"]
+
+
+def test_an_inert_session_imports_only_what_declaring_the_options_needs(tmp_path):
+    root = ansible_project(tmp_path)
+    probe = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        import pytest
+        code = pytest.main(["-q", "-p", "no:cacheprovider", {str(root / "tests")!r}])
+        ours = sorted(m for m in sys.modules if m.startswith("pytest_ponybench"))
+        print("exit", int(code), "imported", ",".join(ours), "yaml" in sys.modules and "yaml" or "")
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 0 and "exit 0" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    imported = set(done.stdout.split("imported ")[1].split()[0].split(","))
+    light = {"pytest_ponybench", "pytest_ponybench.plugin", "pytest_ponybench.hookspec", "pytest_ponybench.run",
+             "pytest_ponybench.run.options", "pytest_ponybench.specs", "pytest_ponybench.specs.argtypes",
+             "pytest_ponybench.specs.faults", "pytest_ponybench.store", "pytest_ponybench.store.rundir"}
+    assert imported <= light, f"an inert session imported {sorted(imported - light)}"
+
+
+def _task_project(root: Path) -> Path:
+    root = write_project(root, {"add": ADD_TASK})
+    (root / "tests").mkdir()
+    (root / "tests" / "test_one.py").write_text("def test_one():\n    pass\n")
+    (root / "pytest.ini").write_text("[pytest]\ntestpaths = tests tasks\n")
+    return root
+
+
+def test_a_selftest_collects_the_references_and_the_harness_proofs_not_the_quality_gates(pytester):
+    _task_project(pytester.path)
+    plain = pytester.runpytest("-p", "no:cacheprovider", "--co", "-q")
+    assert "tasks/add.yaml" not in plain.stdout.str()
+    selftest = pytester.runpytest("-p", "no:cacheprovider", "--co", "-q", "-m", "selftest")
+    ids = [line for line in selftest.stdout.lines if "::" in line]
+    assert ids == ["tasks/add.yaml::selftest-good", "tasks/add.yaml::selftest-bad",
+                   "tasks::harness-tree-kill", "tasks::harness-plugin-resolution"], ids
+    quality = pytester.runpytest("-p", "no:cacheprovider", "--co", "-q", "-m", "ponybench_quality")
+    assert [line for line in quality.stdout.lines if "::" in line] == ["tasks/add.yaml::selftest-mutants"]
+
+
+PROOF_LOG = ("from pytest_ponybench.instruments import gate\n"
+             "real = gate.prove_reference\n"
+             "def logged(task, side):\n"
+             "    with open('proved.log', 'a') as log:\n"
+             "        log.write(side + '\\n')\n"
+             "    return real(task, side)\n"
+             "gate.prove_reference = logged\n")
+
+
+def test_a_selftest_proof_that_held_is_remembered_by_the_proof_cache(pytester, monkeypatch):
+    _task_project(pytester.path)
+    (pytester.path / "conftest.py").write_text(PROOF_LOG)
+    monkeypatch.setenv("PONYBENCH_CACHE_DIR", str(pytester.path / "cache"))
+    proved = pytester.path / "proved.log"
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "selftest").assert_outcomes(passed=4)
+    assert sorted(proved.read_text().split()) == ["bad", "good"]
+    proved.unlink()
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "selftest").assert_outcomes(passed=4)
+    assert not proved.exists(), "an unchanged reference was proven again"
+
+
+OVERLAP_PROBE = ("import threading\n"
+                 "from pytest_ponybench.instruments import gate\n"
+                 "real = gate.prove_reference\n"
+                 "started = {'good': threading.Event(), 'bad': threading.Event()}\n"
+                 "def overlapping(task, side):\n"
+                 "    started[side].set()\n"
+                 "    other = started['bad' if side == 'good' else 'good'].wait(timeout=120)\n"
+                 "    with open('overlap.log', 'a') as log:\n"
+                 "        log.write(f'{side} {other}\\n')\n"
+                 "    return real(task, side)\n"
+                 "gate.prove_reference = overlapping\n")
+
+
+def test_a_selftest_without_xdist_overlaps_its_proofs(pytester):
+    # Each reference proof waits for the other to start: proven one after the other, the first
+    # would wait in vain (and log False).
+    _task_project(pytester.path)
+    (pytester.path / "conftest.py").write_text(OVERLAP_PROBE)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "selftest").assert_outcomes(passed=4)
+    assert sorted((pytester.path / "overlap.log").read_text().split("\n")[:2]) == ["bad True", "good True"]

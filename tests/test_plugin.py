@@ -314,7 +314,9 @@ def test_rescore_gives_the_same_results_with_no_cli_call(main_runs, project, pyt
 def test_without_ponybench_no_cell_is_collected_or_run(project, pytester):
     root = project(tasks=TASKS, arms=ARMS, write=pp.GOOD_WRITES)
     result = pytester.runpytest("-v", *pp.QUIET)
-    result.assert_outcomes(passed=3 * len(TASKS) + 2)  # each task's two references and mutation score, two harness proofs
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED  # inert until asked
+    result = pytester.runpytest("-v", "-m", "selftest", *pp.QUIET)
+    result.assert_outcomes(passed=2 * len(TASKS) + 2)  # each task's two references, two harness proofs
     assert "__haiku__" not in result.stdout.str()
     assert pp.calls(root) == []
     assert not (root / "runs").exists()

@@ -335,7 +335,7 @@ BROKEN = {"prompt": "p", "open": True, "seed": {"../escape.py": "x"}}
 
 def test_a_bad_task_fails_only_its_own_collection(pytester, keep_sigterm):
     pp.write_project(pytester.path, {"add": pp.ADD_TASK, "broken": BROKEN}, {"baseline": "{}\n"})
-    result = pytester.runpytest("--co", "-q", *pp.QUIET)
+    result = pytester.runpytest("--co", "-q", "-m", "selftest", *pp.QUIET)
     result.assert_outcomes(errors=1)
     out = result.stdout.str()
     assert "tasks/add.yaml::selftest-good" in out and "tasks/add.yaml::selftest-bad" in out
@@ -387,7 +387,7 @@ def test_bad_option_values_are_usage_errors(pytester, args, option):
                                         ("ponybench_models", "bad name")])
 def test_bad_ini_values_are_usage_errors(pytester, key, value):
     pp.write_project(pytester.path, {}, {}, ini={key: value})
-    result = pytester.runpytest("--co")
+    result = pytester.runpytest("--ponybench", "--co")  # read when a session asks for the plugin
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"ini option {key} = '{value}'" in result.stderr.str()
 

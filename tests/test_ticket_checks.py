@@ -362,7 +362,7 @@ def _project(root: Path, task: dict) -> None:
 
 def test_a_selftest_session_shows_review_lines_and_the_mutation_score(pytester):
     _project(pytester.path, SPLIT_TASK)
-    result = pytester.runpytest("-m", "selftest", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-m", "selftest or ponybench_quality", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=6)  # good, bad, review, mutants and the two harness proofs
     result.stdout.fnmatch_lines(["*check strength*", "task*caught*accepted*review*mutants killed*",
                                  "split *-*-*2/2*/* (*%)*"])
@@ -371,13 +371,13 @@ def test_a_selftest_session_shows_review_lines_and_the_mutation_score(pytester):
 def test_an_uncovered_review_line_fails_the_selftest(pytester):
     task = dict(SPLIT_TASK, review=[*SPLIT_TASK["review"], {"requirement": "keeps the order of the words"}])
     _project(pytester.path, task)
-    result = pytester.runpytest("-m", "selftest", "-p", "no:cacheprovider", "-k", "review")
+    result = pytester.runpytest("-m", "ponybench_quality", "-p", "no:cacheprovider", "-k", "review")
     result.assert_outcomes(failed=1, deselected=5)
     result.stdout.fnmatch_lines(["*1 review line(s) name no check: 'keeps the order of the words'*"])
 
 
 def test_a_task_under_the_mutation_target_fails_the_selftest_naming_the_survivor(pytester):
     _project(pytester.path, WEAK_TASK)
-    result = pytester.runpytest("-m", "selftest", "-p", "no:cacheprovider", "-k", "mutants")
+    result = pytester.runpytest("-m", "ponybench_quality", "-p", "no:cacheprovider", "-k", "mutants")
     result.assert_outcomes(failed=1, deselected=5)
     result.stdout.fnmatch_lines(["*mutation score */* (*%)*", "*survivor (kill it, or list it under equivalent_mutants*"])

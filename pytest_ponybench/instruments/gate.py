@@ -10,7 +10,9 @@ by a hash of what it depends on: the task's spec and fixture, the harness's own 
 Python, the versions of the libraries that decide a verdict and the CLI version: the keys of
 scoring/fingerprint.py, by which a cell's verdicts are remembered too), so an unchanged library
 is not proven again in every session.
-A failed proof is never remembered. `pytest -m selftest` always proves afresh.
+A failed proof is never remembered. `pytest -m selftest` uses the same cache (its items name
+the proof, collect.py), so a user's second selftest costs seconds; PONYBENCH_CACHE_DIR=off
+proves everything afresh.
 """
 from __future__ import annotations
 
@@ -119,26 +121,39 @@ def _remember(directory: Path | None, key: str) -> None:
         pass  # an unwritable cache only costs the next session its proofs
 
 
+def reference_proof_key(harness: str, task: TaskSpec, side: str) -> str:
+    return proof_key(harness, "ref", task.name, task.spec_hash, side, fixture_fingerprint(task))
+
+
+def harness_proofs() -> dict:
+    """The harness's own proofs by the name their proof key holds (looked up when called)."""
+    return {"plugin-resolution": prove_plugin_resolution, "tree-kill": prove_tree_kill}
+
+
+def proven(proof, args: tuple, key: str, directory: Path | None) -> str | None:
+    """`proof(*args)` unless it held before under `key`; remembered when it holds now."""
+    if _remembered(directory, key):
+        return None
+    problem = proof(*args)
+    if problem is None:
+        _remember(directory, key)
+    return problem
+
+
+def proofs_at_once() -> int:
+    """Each proof waits on child processes, so threads overlap them well on two cores."""
+    return max(2, os.cpu_count() or 2)
+
+
 def prove_all(tasks: list[TaskSpec], cli_version: str = "", cache: Path | None | str = "default") -> list[str]:
     """Every instrument at once; the list of what is broken (empty when all hold). Proofs
     that held before, for the same task spec, fixture, harness code, deciding library versions
-and CLI version, are
-    not run again (`cache`: a directory, None for no cache, or the default `cache_dir()`)."""
+    and CLI version, are not run again (`cache`: a directory, None for no cache, or the default `cache_dir()`)."""
     directory = cache_dir() if cache == "default" else (None if cache is None else Path(cache))
     harness = harness_fingerprint(cli_version)
-    jobs = [(prove_reference, (t, side), proof_key(harness, "ref", t.name, t.spec_hash, side, fixture_fingerprint(t)))
+    jobs = [(prove_reference, (t, side), reference_proof_key(harness, t, side))
             for t in tasks if t.gated for side in ("good", "bad")]
-    jobs += [(prove_plugin_resolution, (), proof_key(harness, "plugin-resolution")),
-             (prove_tree_kill, (), proof_key(harness, "tree-kill"))]
-    jobs = [job for job in jobs if not _remembered(directory, job[2])]
-
-    def prove(job) -> str | None:
-        problem = job[0](*job[1])
-        if problem is None:
-            _remember(directory, job[2])
-        return problem
-
-    # Each proof waits on child processes, so threads overlap them well on two cores.
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        results = list(pool.map(prove, jobs))
+    jobs += [(proof, (), proof_key(harness, name)) for name, proof in harness_proofs().items()]
+    with ThreadPoolExecutor(max_workers=proofs_at_once()) as pool:
+        results = list(pool.map(lambda job: proven(*job, directory), jobs))
     return [r for r in results if r]

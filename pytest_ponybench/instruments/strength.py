@@ -246,14 +246,16 @@ def table_lines(strengths: list[TaskStrength], mutants: dict[str, str] | None = 
 
 
 class StrengthSection:
-    """After a `-m selftest` session, a terminal section: per task, how many variants under
-    tests/variants/ the checks catch and accept, how many review lines name a check, and the
-    mutation score (from the selftest-review and selftest-mutants reports). A plugin on the controller (or the one
-    process), which sees every worker's reports; silent in any other kind of session, so a
-    full test run does not judge every variant twice."""
+    """After a `-m ponybench_quality` session, a terminal section: per task, how many variants
+    under tests/variants/ the checks catch and accept, how many review lines name a check, and
+    the mutation score (from the selftest-review and selftest-mutants reports). A plugin on the
+    controller (or the one process), which sees every worker's reports, registered only when
+    the quality gates are asked for (`markers`: those of the selftest and the quality gates);
+    silent when anything else ran, so a full test run does not judge every variant twice."""
 
-    def __init__(self, settings):
+    def __init__(self, settings, markers: tuple[str, ...]):
         self.settings = settings
+        self.markers = markers
         self.tasks: set[str] = set()  # tasks whose references were proven
         self.other = False  # anything but a reference's selftest ran: not a selftest session
         self.mutants: dict[str, str] = {}  # task -> "killed/measured (ratio)", from selftest-mutants
@@ -262,7 +264,7 @@ class StrengthSection:
     def pytest_runtest_logreport(self, report):
         if report.when != "call":
             return
-        if "selftest" not in report.keywords:
+        if not any(marker in report.keywords for marker in self.markers):
             self.other = True
         elif report.nodeid.split("::")[-1].startswith("selftest-"):
             task = Path(report.nodeid.split("::")[0]).stem

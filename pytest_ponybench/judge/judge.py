@@ -48,11 +48,10 @@ from pathlib import Path
 
 from pytest_ponybench.cell import agent, transcript as transcripts, workspace
 from pytest_ponybench.scoring import metrics
+from pytest_ponybench.specs.argtypes import DEFAULT_JUDGE_MODEL, DEFAULT_VOTES  # noqa: F401 (judge.DEFAULT_*)
 from pytest_ponybench.store import snapshot
 
 AXES = ("over_engineering", "completeness")
-DEFAULT_JUDGE_MODEL = "sonnet"  # an alias of spec.DEFAULT_MODEL_IDS, or a full claude-... id
-DEFAULT_VOTES = 3
 RETRIES = 1  # a malformed answer is asked again this many times, then the vote is not judged
 TIMEOUT = 300.0  # seconds one judge request may take
 MAX_SUBMISSION = 60_000  # characters of delivered source the judge is shown at most

@@ -245,7 +245,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pytest_ponybench.run.judging import RehearsalJudge, path_name, rehearsal_judge
+    from pytest_ponybench.run.judging import RehearsalJudge, path_name
+    from pytest_ponybench.specs.argtypes import rehearsal_judge
     from pytest_ponybench.specs.spec import SpecError, model_ids, resolve_model
 
     args = parser().parse_args(argv)

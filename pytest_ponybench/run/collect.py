@@ -5,15 +5,21 @@ sorted order (every xdist worker must collect the same items), and `repr_failure
 plain sentence for an expected failure instead of a traceback.
 
 - `SelftestItem` (marker `selftest`): one reference of a gated task scores as it must.
-- `ReviewItem` (marker `selftest`): every line of a task's `review:` list names a check.
-- `MutantsItem` (marker `selftest`): a gated task's checks kill 90% of its good reference's
-  mutants, every survivor listed as equivalent (mutation.py).
 - `HarnessItem` (marker `selftest`): one of the harness's own instruments holds.
+- `ReviewItem` (marker `ponybench_quality`): every line of a task's `review:` list names a check.
+- `MutantsItem` (marker `ponybench_quality`): a gated task's checks kill 90% of its good
+  reference's mutants, every survivor listed as equivalent (mutation.py).
+
+`selftest` is what a run needs proven, and what a user's first `pytest -m selftest` pays for:
+the references and the harness, remembered by the proof cache (gate.py). `ponybench_quality`
+is the library's own quality work (minutes of CPU on a cold cache): its CI runs it, and anyone
+changing a task (`pytest -m ponybench_quality`).
 - `CellItem` (marker `ponybench` and the task's tags): one task x arm x model x run.
 """
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,6 +28,7 @@ from pytest_ponybench.cell import transcript as transcripts
 from pytest_ponybench.cell import lifecycle as cells
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.run.controller import BUDGET_REACHED, never_ran_record
+from pytest_ponybench.run.options import QUALITY
 from pytest_ponybench.specs.spec import ArmSpec, SpecError, TaskSpec, load_task
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import disk_full, disk_full_sentence, usd
@@ -112,9 +119,27 @@ class TasksDir(pytest.Dir):
         yield from super().collect()
         if not self.harness:
             return
-        yield HarnessItem.from_parent(self, name="harness-tree-kill", proof=instruments.prove_tree_kill)
-        yield HarnessItem.from_parent(self, name="harness-plugin-resolution",
-                                      proof=instruments.prove_plugin_resolution)
+        for name in ("tree-kill", "plugin-resolution"):
+            yield HarnessItem.from_parent(self, name=f"harness-{name}")
+
+
+_PROOFS = pytest.StashKey[dict]()
+
+
+def proven_ahead(item) -> str | None:
+    """The item's proof (`item.prove()`). Without xdist, the first proof item starts every
+    selected one in threads, gate.proofs_at_once() at a time as the run's gate does, and each
+    item reports its own: a selftest without `-n` overlaps its proofs too. Under xdist each
+    worker proves its own items: the workers overlap them."""
+    if hasattr(item.config, "workerinput"):
+        return item.prove()
+    futures = item.config.stash.get(_PROOFS, None)
+    if futures is None:
+        pool = ThreadPoolExecutor(max_workers=instruments.proofs_at_once())
+        futures = {i.nodeid: pool.submit(i.prove) for i in item.session.items if isinstance(i, (SelftestItem, HarnessItem))}
+        pool.shutdown(wait=False)
+        item.config.stash[_PROOFS] = futures
+    return futures[item.nodeid].result()
 
 
 class SelftestItem(_PlainFailure, pytest.Item):
@@ -123,8 +148,12 @@ class SelftestItem(_PlainFailure, pytest.Item):
         self.task, self.side = task, side
         self.add_marker("selftest")
 
+    def prove(self) -> str | None:
+        key = instruments.reference_proof_key(instruments.harness_fingerprint(""), self.task, self.side)
+        return instruments.proven(instruments.prove_reference, (self.task, self.side), key, instruments.cache_dir())
+
     def runtest(self):
-        problem = instruments.prove_reference(self.task, self.side)
+        problem = proven_ahead(self)
         if problem:
             raise CellFailed(problem)
 
@@ -139,7 +168,7 @@ class ReviewItem(_PlainFailure, pytest.Item):
     def __init__(self, *, task: TaskSpec, **kwargs):
         super().__init__(**kwargs)
         self.task = task
-        self.add_marker("selftest")
+        self.add_marker(QUALITY)
 
     def runtest(self):
         uncovered = [line.requirement for line in self.task.review if not line.checks]
@@ -160,7 +189,7 @@ class MutantsItem(_PlainFailure, pytest.Item):
     def __init__(self, *, task: TaskSpec, **kwargs):
         super().__init__(**kwargs)
         self.task = task
-        self.add_marker("selftest")
+        self.add_marker(QUALITY)
 
     def runtest(self):
         from pytest_ponybench.instruments import mutation
@@ -179,13 +208,19 @@ class MutantsItem(_PlainFailure, pytest.Item):
 
 
 class HarnessItem(_PlainFailure, pytest.Item):
-    def __init__(self, *, proof, **kwargs):
+    """One of gate.harness_proofs(), by the name after `harness-`."""
+
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.proof = proof
         self.add_marker("selftest")
 
+    def prove(self) -> str | None:
+        proof = self.name.removeprefix("harness-")
+        key = instruments.proof_key(instruments.harness_fingerprint(""), proof)
+        return instruments.proven(instruments.harness_proofs()[proof], (), key, instruments.cache_dir())
+
     def runtest(self):
-        problem = self.proof()
+        problem = proven_ahead(self)
         if problem:
             raise CellFailed(problem)
 

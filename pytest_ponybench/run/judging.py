@@ -36,63 +36,13 @@ import pytest
 from pytest_ponybench.cell import agent, transcript as transcripts
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.judge import calibration, judge, judged_graders
-from pytest_ponybench.specs.faults import parse_fault
+from pytest_ponybench.specs.argtypes import odd_votes
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import (HARNESS_PREFIX, canonical, mac, read_record, write_atomic,
                                            write_record)
 
 PROOF_AT_ONCE = 4  # judge pairs proven at once
 PROOF_FILE = f"{HARNESS_PREFIX}.judge-proof.json"  # the run's judge proof, sealed, for every worker
-INI = {
-    "ponybench_judge": ("bool", False, "judge every cell on over_engineering and completeness (judge.py)"),
-    "ponybench_judge_model": ("string", judge.DEFAULT_JUDGE_MODEL, "the judge's model: an alias or a full claude-... id"),
-    "ponybench_judge_votes": ("string", str(judge.DEFAULT_VOTES), "judge answers per axis; the median counts (odd)"),
-}
-
-
-def odd_votes(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number") from None
-    if n < 1 or n % 2 == 0 or n > 9:
-        raise argparse.ArgumentTypeError(f"{n}: give an odd number of votes from 1 to 9 (the median must be a vote)")
-    return n
-
-
-def rehearsal_judge(value: str) -> tuple[str, int, object]:
-    """(script, malformed first N, fault) from 'agree', 'disagree', 'malformed', 'malformed:N'
-    (N malformed answers, then agreeing ones) or a fault as for --ponybench-rehearse-fault."""
-    kind, _, count = value.partition(":")
-    if kind in ("agree", "disagree") and not count:
-        return kind, 0, None
-    if kind == "malformed":
-        if not count:
-            return "malformed", 0, None
-        if count.isdigit() and int(count) >= 1:
-            return "agree", int(count), None
-        raise argparse.ArgumentTypeError(f"'{value}': the count after 'malformed:' must be 1 or more")
-    try:
-        return "agree", 0, parse_fault(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"'{value}' is not agree, disagree, malformed, malformed:N or a fault ({exc})") from None
-
-
-def add_options(group, parser) -> None:
-    group.addoption("--ponybench-judge", action="store_true", default=False,
-                    help="judged axes: over_engineering (0-3) of every cell that delivered code, completeness "
-                         "(0-3) of open and fixture tasks, by a model proven on judge pairs first [ini ponybench_judge]")
-    group.addoption("--ponybench-judge-model", default=None, metavar="MODEL",
-                    help=f"the judge's model [ini ponybench_judge_model, default {judge.DEFAULT_JUDGE_MODEL}]")
-    group.addoption("--ponybench-judge-votes", type=odd_votes, default=None, metavar="N",
-                    help=f"judge answers per axis, the median counts [ini ponybench_judge_votes, default {judge.DEFAULT_VOTES}]")
-    group.addoption("--ponybench-rehearse-judge", type=rehearsal_judge, default=None, metavar="SCRIPT",
-                    help="rehearsal: what the scripted judge does: agree (default), disagree, malformed, "
-                         "malformed:N, or a fault (529, 429:1, ...)")
-    for name, (kind, default, help_text) in INI.items():
-        parser.addini(name, help=help_text, type=kind, default=default)
-
-
 @dataclass(frozen=True)
 class JudgeSettings:
     on: bool

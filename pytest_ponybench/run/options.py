@@ -11,9 +11,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_ponybench.specs.argtypes import (agent_memory, agent_pids, confine_mode, csv_names, existing_dir,
-                                             positive_int, positive_seconds, positive_usd, rehearsal_fault,
-                                             retry_count, wait_seconds)
+from pytest_ponybench.specs.argtypes import (DEFAULT_JUDGE_MODEL, DEFAULT_VOTES, agent_memory, agent_pids,
+                                             confine_mode, csv_names, existing_dir, odd_votes, positive_int,
+                                             positive_seconds, positive_usd, probability, ratio, rehearsal_fault,
+                                             rehearsal_judge, retry_count, usd_guess, wait_seconds)
 
 
 INI = {
@@ -44,6 +45,9 @@ INI = {
     "ponybench_retries": ("string", "2", "times a cell that ended as an infra error (the model API failed) runs again"),
     "ponybench_retry_wait": ("string", "10", "seconds before the first retry of an infra error (doubling each time); "
                                              "also how long a 429 pauses every worker's next cell"),
+    "ponybench_judge": ("bool", False, "judge every cell on over_engineering and completeness (judge.py)"),
+    "ponybench_judge_model": ("string", DEFAULT_JUDGE_MODEL, "the judge's model: an alias or a full claude-... id"),
+    "ponybench_judge_votes": ("string", str(DEFAULT_VOTES), "judge answers per axis; the median counts (odd)"),
 }
 
 
@@ -148,6 +152,94 @@ def add_storage_options(group) -> None:
                     help="the arm the reports compare every other arm against [ini ponybench_reference, default baseline]")
 
 
+def add_judge_options(group) -> None:
+    """--ponybench-judge and its settings (judging.py runs the judge)."""
+    group.addoption("--ponybench-judge", action="store_true", default=False,
+                    help="judged axes: over_engineering (0-3) of every cell that delivered code, completeness "
+                         "(0-3) of open and fixture tasks, by a model proven on judge pairs first [ini ponybench_judge]")
+    group.addoption("--ponybench-judge-model", default=None, metavar="MODEL",
+                    help=f"the judge's model [ini ponybench_judge_model, default {DEFAULT_JUDGE_MODEL}]")
+    group.addoption("--ponybench-judge-votes", type=odd_votes, default=None, metavar="N",
+                    help=f"judge answers per axis, the median counts [ini ponybench_judge_votes, default {DEFAULT_VOTES}]")
+    group.addoption("--ponybench-rehearse-judge", type=rehearsal_judge, default=None, metavar="SCRIPT",
+                    help="rehearsal: what the scripted judge does: agree (default), disagree, malformed, "
+                         "malformed:N, or a fault (529, 429:1, ...)")
+
+
+# option name -> (argparse type, ini type, default, help)
+ROUND_OPTIONS = {
+    "plan": (None, "bool", False, "print the runs per arm needed and their cost for the selected tasks, arms "
+                                  "and models, and run nothing"),
+    "plan_difference": (probability, "string", "0.2", "the rate difference (0-1) the plan detects [default 0.2]"),
+    "plan_loc_ratio": (ratio, "string", "1.25", "the LOC ratio (arm / reference) the plan detects [default 1.25]"),
+    "plan_power": (probability, "string", "0.8", "the chance of detecting it the plan aims for [default 0.8]"),
+    "plan_cell_cost": (usd_guess, "string", "", "a guessed cost per cell in USD where no earlier kept run "
+                                               "of the task and model has one"),
+    "plan_loc_sd": (probability, "string", "0.5", "a guessed spread (standard deviation of log LOC) where "
+                                                  "no earlier kept run has one [default 0.5]"),
+    "until_decided": (None, "bool", False, "run in rounds; stop giving runs to comparisons the data "
+                                           "decided (sequential.py); caps: --ponybench-max-runs, "
+                                           "--ponybench-max-cost"),
+    "max_runs": (positive_int, "string", "20", "with --ponybench-until-decided: the most rounds [default 20]"),
+    "alpha": (probability, "string", "0.05", "error rate of the sequential decisions [default 0.05]"),
+    "margin": (probability, "string", "0.1", "equivalence margin of a rate difference: inside it, the arms "
+                                             "count as equivalent [default 0.1]"),
+}
+
+
+def add_round_options(group, parser) -> None:
+    """--ponybench-plan and --ponybench-until-decided, with their settings (rounds.py)."""
+    for name, (kind, ini_kind, default, help_text) in ROUND_OPTIONS.items():
+        flag = "--ponybench-" + name.replace("_", "-")
+        if kind is None:
+            group.addoption(flag, action="store_true", default=None, help=f"{help_text} [ini ponybench_{name}]")
+        else:
+            group.addoption(flag, type=kind, default=None, help=f"{help_text} [ini ponybench_{name}]")
+        parser.addini(f"ponybench_{name}", help=help_text, type=ini_kind, default=default)
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    plan: bool
+    plan_difference: float
+    plan_loc_ratio: float
+    plan_power: float
+    plan_cell_cost: float | None
+    plan_loc_sd: float
+    until_decided: bool
+    max_runs: int
+    alpha: float
+    margin: float
+
+
+def round_settings(config) -> RoundSettings:
+    values = {}
+    for name, (kind, ini_kind, default, _) in ROUND_OPTIONS.items():
+        given = getattr(config.option, f"ponybench_{name}", None)
+        if given is not None:
+            values[name] = given
+            continue
+        raw = config.getini(f"ponybench_{name}")
+        if ini_kind == "bool":
+            values[name] = bool(raw)
+        elif isinstance(raw, str) and not raw.strip():
+            values[name] = None
+        else:
+            try:
+                values[name] = kind(str(raw))
+            except argparse.ArgumentTypeError as exc:
+                import pytest
+
+                raise pytest.UsageError(f"ini option ponybench_{name} = {raw!r}: {exc}") from None
+    return RoundSettings(**values)
+
+
+def round_runs(config, runs: int) -> int:
+    """The runs collected per cell: the cap of rounds under --ponybench-until-decided."""
+    s = round_settings(config)
+    return s.max_runs if s.until_decided else runs
+
+
 def add_ini(parser) -> None:
     for name, (kind, default, help_text) in INI.items():
         parser.addini(name, help=help_text, type=kind, default=default)
@@ -160,10 +252,9 @@ def addoption(parser) -> None:
     add_safety_options(group)
     add_storage_options(group)
     add_library_options(group)
+    add_judge_options(group)
+    add_round_options(group, parser)
     add_ini(parser)
-    from pytest_ponybench.run import judging  # the judge's options live with it
-
-    judging.add_options(group, parser)
 
 
 @dataclass(frozen=True)
@@ -200,6 +291,32 @@ class Settings:
     plugins: tuple[Path, ...] = ()  # --ponybench-plugin folders (plugin_arm.py)
     agent_memory: int = 4 * 1024 ** 3  # --ponybench-agent-memory: bytes of the agent's cgroup
     agent_pids: int = 1024  # --ponybench-agent-pids: processes of the agent's cgroup
+
+
+QUALITY = "ponybench_quality"  # the marker of the library's quality gates (collect.py)
+SELFTEST_MARKERS = ("selftest", QUALITY)
+
+
+def names_selftest(markexpr: str | None) -> bool:
+    """A `-m` expression that names the selftest or the quality gates: the session asks for
+    the tasks' proofs."""
+    return any(name in (markexpr or "") for name in SELFTEST_MARKERS)
+
+
+def quality_asked(config) -> bool:
+    """`-m ponybench_quality` (alone or in an expression): the library's quality gates run, and
+    the check-strength section is printed."""
+    return QUALITY in (config.option.markexpr or "")
+
+
+def asked(config) -> bool:
+    """Whether this session asked for the plugin at all: a benchmark run, a rescore, a resume,
+    a plan, or a selftest. Without it the plugin is inert (plugin.py). Reads the options only,
+    never the tasks: an inert session must not pay for them."""
+    opt = config.option
+    if opt.ponybench or opt.ponybench_rescore or opt.ponybench_resume or names_selftest(opt.markexpr):
+        return True
+    return bool(opt.ponybench_plan or config.getini("ponybench_plan"))
 
 
 def default_at_once(rescoring: bool) -> int:
@@ -247,9 +364,8 @@ def settings(config) -> Settings:
     arms_ini = config.getini("ponybench_arms_list")
     arms = opt.arms or (_ini_parsed(config, "ponybench_arms_list", csv_names) if arms_ini.strip() else None)
     runs = opt.runs or _ini_parsed(config, "ponybench_runs", positive_int)
-    from pytest_ponybench.run import rounds  # --ponybench-until-decided collects its cap of rounds; --ponybench-plan is a run's plan
-
-    runs, planning = rounds.runs(config, runs), rounds.settings(config).plan
+    # --ponybench-until-decided collects its cap of rounds; --ponybench-plan is a run's plan
+    runs, planning = round_runs(config, runs), round_settings(config).plan
     timeout = opt.ponybench_timeout or _ini_parsed(config, "ponybench_timeout", positive_seconds)
     check_rootdir(config, "--ponybench-rescore", opt.ponybench_rescore)
     check_rootdir(config, "--ponybench-resume", opt.ponybench_resume)

@@ -95,7 +95,7 @@ def stop() -> None:
         pool.stop()
 
 
-NEXT_ITEM_ATTR = "_ponybench_next_item"  # set by plugin.pytest_runtest_protocol under xdist
+NEXT_ITEM_ATTR = "_ponybench_next_item"  # set by hooks.pytest_runtest_protocol under xdist
 
 
 def _upcoming(item, pool: CellPool) -> list:

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ponybench.specs.argtypes import parse_number, positive_int
+# The options' table and their values are options.py's: declaring options imports no more.
+from pytest_ponybench.run.options import RoundSettings, round_settings as settings  # noqa: F401 (rounds.RoundSettings)
 from pytest_ponybench.store.rundir import SUMMARY_MD, read_jsonl, usd, write_atomic
 
 DECIDED = "decided"
@@ -42,107 +43,6 @@ def _seq():
 
 AXES = ("correct", "safe")
 SEQUENTIAL_JSON = "sequential.json"
-
-
-def probability(value: str) -> float:
-    import argparse
-
-    number = parse_number(value, float, "a number")
-    if not 0 < number < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {value}")
-    return number
-
-
-def ratio(value: str) -> float:
-    import argparse
-
-    number = parse_number(value, float, "a ratio")
-    if not (number > 0 and number != 1 and math.isfinite(number)):
-        raise argparse.ArgumentTypeError(f"must be a positive ratio other than 1 (say 1.25), got {value}")
-    return number
-
-
-def usd_guess(value: str) -> float:
-    import argparse
-
-    number = parse_number(value, float, "an amount in USD")
-    if not (number >= 0 and math.isfinite(number)):
-        raise argparse.ArgumentTypeError(f"must be 0 or more USD, got {value}")
-    return number
-
-
-# option name -> (argparse type, ini type, default, help)
-OPTIONS = {
-    "plan": (None, "bool", False, "print the runs per arm needed and their cost for the selected tasks, arms "
-                                  "and models, and run nothing"),
-    "plan_difference": (probability, "string", "0.2", "the rate difference (0-1) the plan detects [default 0.2]"),
-    "plan_loc_ratio": (ratio, "string", "1.25", "the LOC ratio (arm / reference) the plan detects [default 1.25]"),
-    "plan_power": (probability, "string", "0.8", "the chance of detecting it the plan aims for [default 0.8]"),
-    "plan_cell_cost": (usd_guess, "string", "", "a guessed cost per cell in USD where no earlier kept run "
-                                               "of the task and model has one"),
-    "plan_loc_sd": (probability, "string", "0.5", "a guessed spread (standard deviation of log LOC) where "
-                                                  "no earlier kept run has one [default 0.5]"),
-    "until_decided": (None, "bool", False, "run in rounds; stop giving runs to comparisons the data "
-                                           "decided (sequential.py); caps: --ponybench-max-runs, "
-                                           "--ponybench-max-cost"),
-    "max_runs": (positive_int, "string", "20", "with --ponybench-until-decided: the most rounds [default 20]"),
-    "alpha": (probability, "string", "0.05", "error rate of the sequential decisions [default 0.05]"),
-    "margin": (probability, "string", "0.1", "equivalence margin of a rate difference: inside it, the arms "
-                                             "count as equivalent [default 0.1]"),
-}
-
-
-def addoption(parser) -> None:
-    group = parser.getgroup("ponybench")
-    for name, (kind, ini_kind, default, help_text) in OPTIONS.items():
-        flag = "--ponybench-" + name.replace("_", "-")
-        if kind is None:
-            group.addoption(flag, action="store_true", default=None, help=f"{help_text} [ini ponybench_{name}]")
-        else:
-            group.addoption(flag, type=kind, default=None, help=f"{help_text} [ini ponybench_{name}]")
-        parser.addini(f"ponybench_{name}", help=help_text, type=ini_kind, default=default)
-
-
-@dataclass(frozen=True)
-class RoundSettings:
-    plan: bool
-    plan_difference: float
-    plan_loc_ratio: float
-    plan_power: float
-    plan_cell_cost: float | None
-    plan_loc_sd: float
-    until_decided: bool
-    max_runs: int
-    alpha: float
-    margin: float
-
-
-def settings(config) -> RoundSettings:
-    values = {}
-    for name, (kind, ini_kind, default, _) in OPTIONS.items():
-        given = getattr(config.option, f"ponybench_{name}", None)
-        if given is not None:
-            values[name] = given
-            continue
-        raw = config.getini(f"ponybench_{name}")
-        if ini_kind == "bool":
-            values[name] = bool(raw)
-        elif isinstance(raw, str) and not raw.strip():
-            values[name] = None
-        else:
-            import argparse
-
-            try:
-                values[name] = kind(str(raw))
-            except argparse.ArgumentTypeError as exc:
-                raise pytest.UsageError(f"ini option ponybench_{name} = {raw!r}: {exc}") from None
-    return RoundSettings(**values)
-
-
-def runs(config, runs: int) -> int:
-    """The runs collected per cell: the cap of rounds under --ponybench-until-decided."""
-    s = settings(config)
-    return s.max_runs if s.until_decided else runs
 
 
 # --------------------------------------------------------------------------- decisions
@@ -525,7 +425,7 @@ class PlanPlugin:
 
 
 def register(state, config) -> None:
-    """Called from plugin.pytest_configure once the state is made."""
+    """Called from hooks.configure once the state is made."""
     s = settings(config)
     if s.plan and not hasattr(config, "workerinput"):
         # Collect only: the controller's gate and every cell stay out, as under --co.

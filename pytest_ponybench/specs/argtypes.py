@@ -1,6 +1,6 @@
 """argparse types: a bad flag is rejected at parse time, with a sentence saying what to give.
 
-The plugin's options (options.py, rounds.py, judging.py) and the console scripts
+The plugin's options (options.py, rounds.py) and the console scripts
 (ponybench-compare, ponybench-history) share them, so a number, a size or a duration reads the
 same everywhere and is refused the same way.
 """
@@ -9,10 +9,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from pathlib import Path
 
 from pytest_ponybench.specs.faults import parse_fault
-from pytest_ponybench.specs.spec import NAME_RE
+
+# A name is part of a cell id and a directory name: `<task>__<arm>__<model>__<run>`. Here, not
+# in spec.py, so that declaring the options imports no YAML (plugin.py: inert until asked).
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+DEFAULT_JUDGE_MODEL = "sonnet"  # an alias of spec.DEFAULT_MODEL_IDS, or a full claude-... id
+DEFAULT_VOTES = 3  # judge answers per axis
 
 
 def csv_names(value: str) -> list[str]:
@@ -137,3 +143,52 @@ def existing_dir(value: str) -> Path:
 
 
 # name, ini type, default, help. The CLI flag is --<name with dashes>, the ini key <name>.
+
+
+def odd_votes(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number") from None
+    if n < 1 or n % 2 == 0 or n > 9:
+        raise argparse.ArgumentTypeError(f"{n}: give an odd number of votes from 1 to 9 (the median must be a vote)")
+    return n
+
+
+def rehearsal_judge(value: str) -> tuple[str, int, object]:
+    """(script, malformed first N, fault) from 'agree', 'disagree', 'malformed', 'malformed:N'
+    (N malformed answers, then agreeing ones) or a fault as for --ponybench-rehearse-fault."""
+    kind, _, count = value.partition(":")
+    if kind in ("agree", "disagree") and not count:
+        return kind, 0, None
+    if kind == "malformed":
+        if not count:
+            return "malformed", 0, None
+        if count.isdigit() and int(count) >= 1:
+            return "agree", int(count), None
+        raise argparse.ArgumentTypeError(f"'{value}': the count after 'malformed:' must be 1 or more")
+    try:
+        return "agree", 0, parse_fault(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{value}' is not agree, disagree, malformed, malformed:N or a fault ({exc})") from None
+
+
+def probability(value: str) -> float:
+    number = parse_number(value, float, "a number")
+    if not 0 < number < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {value}")
+    return number
+
+
+def ratio(value: str) -> float:
+    number = parse_number(value, float, "a ratio")
+    if not (number > 0 and number != 1 and math.isfinite(number)):
+        raise argparse.ArgumentTypeError(f"must be a positive ratio other than 1 (say 1.25), got {value}")
+    return number
+
+
+def usd_guess(value: str) -> float:
+    number = parse_number(value, float, "an amount in USD")
+    if not (number >= 0 and math.isfinite(number)):
+        raise argparse.ArgumentTypeError(f"must be 0 or more USD, got {value}")
+    return number

@@ -21,13 +21,12 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from pytest_ponybench.specs import HARNESS_PREFIX
+from pytest_ponybench.specs.argtypes import NAME_RE
 from pytest_ponybench.specs.faults import parse_fault
 
 AXES = ("correct", "safe")
-HARNESS_PREFIX = "_ponybench"  # harness files in a workspace; never seeded, never counted
 
-# A name is part of a cell id and a directory name: `<task>__<arm>__<model>__<run>`.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 DEFAULT_MODEL_IDS = {
     "haiku": "claude-haiku-4-5-20251001",

@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from pytest_ponybench.specs.spec import HARNESS_PREFIX
+from pytest_ponybench.specs import HARNESS_PREFIX
 
 OPTIONS = "run.json"
 RESULTS = "results.jsonl"
