@@ -125,7 +125,7 @@ def settings(config) -> RoundSettings:
             values[name] = given
             continue
         raw = config.getini(f"ponybench_{name}")
-        if ini_kind == "bool":
+        if kind is None:  # a flag, its ini twin a bool (addoption)
             values[name] = bool(raw)
         elif isinstance(raw, str) and not raw.strip():
             values[name] = None
@@ -387,10 +387,10 @@ class PlanRow:
     sequential_mean: float | None
 
 
-def history(base: Path, rehearsal: bool, reference: str) -> dict[tuple[str, str], list[dict]]:
+def history(base: Path, rehearsal: bool, reference: str) -> dict[tuple[str | None, str | None], list[dict]]:
     """Reference records of earlier kept runs under `base` per (task, model), same kind of run
     (a rehearsal's figures never stand in for a real run's, nor back)."""
-    out: dict[tuple[str, str], list[dict]] = {}
+    out: dict[tuple[str | None, str | None], list[dict]] = {}
     for results in sorted(Path(base).glob("*/results.jsonl")):
         for r in read_jsonl(results):
             if r.get("arm") == reference and bool(r.get("rehearsal")) == rehearsal:
