@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
-import json
 import os
 import re
 import shutil
