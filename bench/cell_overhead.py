@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pytest_ponybench.cell import lifecycle as cell
+from pytest_ponybench.cell import lifecycle as cell  # noqa: E402
 from pytest_ponybench.specs import spec  # noqa: E402
 from pytest_ponybench.rehearsal.server import rehearsal_files  # noqa: E402
 

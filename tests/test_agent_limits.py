@@ -140,7 +140,7 @@ def test_an_agent_past_its_process_limit_fails_its_own_cell_and_leaves_nothing(t
     root = write_project(tmp_path / "project", {"add": ADD_TASK})
     ini = "[pytest]\ntestpaths = tasks\nponybench_agent_pids = 32\n"  # the ini reads as the option does
     (root / "pytest.ini").write_text(ini)
-    done = session(root, hostile_cli(tmp_path, {CELL0: forker(mark)}), env=fake_env(root, write=GOOD_ADD))
+    session(root, hostile_cli(tmp_path, {CELL0: forker(mark)}), env=fake_env(root, write=GOOD_ADD))
     records = records_of(root)
     forked, good = records[CELL0], records[CELL1]
     assert (forked["status"], forked["passed"]) == ("cli_error", False), forked

@@ -6,7 +6,6 @@ per task, how many variants its checks catch and accept.
 """
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 

@@ -8,7 +8,6 @@ run, nothing of the run stays alive.
 """
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -129,7 +128,7 @@ def test_a_flood_of_hundreds_of_megabytes_keeps_memory_and_the_transcript_bounde
     with open(transcript, "rb") as fh:
         fh.seek(0)
         head = fh.readline(200)
-    assert head.startswith(b"[ponybench: ") and f"-byte output".encode() in head
+    assert head.startswith(b"[ponybench: ") and "-byte output".encode() in head
     assert f"{flood_mb * 1024 * 1024}-byte output".encode() in head
     (record,) = results(only_run_dir(root))
     assert record["status"] == statuses.BAD_OUTPUT and "not stream-json" in record["error"]

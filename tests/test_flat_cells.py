@@ -3,7 +3,6 @@
 import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 

@@ -14,7 +14,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from pytest_ponybench.cell import agent
 from pytest_ponybench.rehearsal import server as rehearsal, plugin as rehearsal_plugin

@@ -2,7 +2,6 @@
 hand in the comments beside the file it comes from."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

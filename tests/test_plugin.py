@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

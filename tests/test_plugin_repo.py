@@ -95,7 +95,7 @@ def test_a_case_no_default_can_satisfy_is_named_in_the_terminal(tmp_path, claude
     done = run(root, ["--ponybench", "--ponybench-rehearse", "--ponybench-plugin", ".", "-k", "ordered",
                       f"--ponybench-claude={claude_bin}", *QUIET], timeout=300)
     assert done.returncode == pytest.ExitCode.TESTS_FAILED
-    (line,) = [l for l in done.stdout.splitlines() if l.startswith("ordered: in rehearsal")]
+    (line,) = [text for text in done.stdout.splitlines() if text.startswith("ordered: in rehearsal")]
     assert line == ("ordered: in rehearsal the scripted model cannot satisfy grader glob-first (tool_order): the "
                     "scripted model plays no chosen order of tool calls; add a `ponybench: {rehearsal: {files: "
                     f"{{path: content}}, answer: text}}}}` block to its case.yaml ({case.resolve() / 'case.yaml'})")

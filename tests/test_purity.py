@@ -8,7 +8,6 @@ under .git, a rescore never rewrites a cell's result.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import pytest

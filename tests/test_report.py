@@ -1,6 +1,5 @@
 """Reports for a synthetic run directory: the Markdown tables' content, and report.html as a
 headless Chromium sees it."""
-import json
 import os
 import re
 import shutil

@@ -8,7 +8,6 @@ import re
 import textwrap
 from pathlib import Path
 
-import pytest
 
 TASK = """\
 description: double a number without importing os

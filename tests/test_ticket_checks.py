@@ -6,7 +6,6 @@ Every check here runs exactly as a cell's does: in the fork server's child, in a
 """
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 

@@ -24,9 +24,11 @@ def calibration_path(fingerprint: str, directory: Path | None = None) -> Path | 
 def load_calibration(fingerprint: str, path: Path | None = None) -> dict | None:
     """The calibration on record for this judge fingerprint (`path`: a file given instead)."""
     target = path if path is not None else calibration_path(fingerprint)
+    if target is None:  # no cache directory
+        return None
     try:
         data = json.loads(Path(target).read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("fingerprint") == fingerprint else None
 

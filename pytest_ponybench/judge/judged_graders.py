@@ -151,8 +151,12 @@ def from_grader(grader: dict, case_dir: Path, raw_case: dict) -> JudgedGrader:
     """One `llm` or `baseline` grader of a case, with what it needs to run (or why it cannot)."""
     name, kind = str(grader["name"]), grader["type"]
     rubric = next((str(grader[k]).strip() for k in RUBRIC_KEYS if isinstance(grader.get(k), str) and grader[k].strip()), "")
-    block = raw_case.get("ponybench") if isinstance(raw_case.get("ponybench"), dict) else {}
-    pair = block.get("judge_pair") if isinstance(block.get("judge_pair"), dict) else {}
+    block = raw_case.get("ponybench")
+    if not isinstance(block, dict):
+        block = {}
+    pair = block.get("judge_pair")
+    if not isinstance(pair, dict):
+        pair = {}
     pass_example = work_of(pair.get("pass")) or work_of(block.get("rehearsal"))
     fail_example = work_of(pair.get("fail")) or Work(REFUSAL)
     reference, problem = "", ""
@@ -285,6 +289,7 @@ def judge_grader(ask, grader: JudgedGrader, ticket: str, work: Work, votes: int 
 def prove(ask, grader: JudgedGrader, ticket: str, task_name: str) -> tuple[str | None, float, int]:
     """(None when the judge passes the grader's pass example and fails its fail example, else
     one sentence; the cost; the requests). One vote each, as the axes' pairs."""
+    assert grader.pass_example is not None  # from_grader gives one to every grader without a problem
     good = judge_grader(ask, grader, ticket, grader.pass_example, 1)
     bad = judge_grader(ask, grader, ticket, grader.fail_example, 1)
     cost, requests = good.cost_usd + bad.cost_usd, good.requests + bad.requests
@@ -356,7 +361,9 @@ def verdict_from(data) -> Verdict | None:
     """A kept verdict (verdict_data) as a Verdict; None for anything else."""
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or data.get("kind") not in KINDS:
         return None
-    votes = data.get("votes") if isinstance(data.get("votes"), list) else []
+    votes = data.get("votes")
+    if not isinstance(votes, list):
+        votes = []
     return Verdict(data["name"], data["kind"], str(data.get("key") or ""),
                    data.get("passed") if isinstance(data.get("passed"), bool) else None,
                    [v if isinstance(v, bool) else None for v in votes], str(data.get("why") or ""),

@@ -115,7 +115,7 @@ def serve(sock_fd: int) -> None:
                     sock.close()
                     supervisor._supervisor(message, fds, me)
                 supervisors.add(pid)
-                reply = {"pid": pid}
+                reply: dict[str, int | str] = {"pid": pid}
             except Exception as exc:  # a bad request must not stop the other cells' children
                 reply = {"error": f"ponybench fork server: {type(exc).__name__}: {exc}"}
             finally:

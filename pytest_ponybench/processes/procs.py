@@ -39,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Set as AbstractSet
 
 
 def environ_snapshot() -> dict[str, str]:
@@ -101,7 +102,7 @@ class Child:
         self._said = b""  # the status pipe's bytes so far
         self._waiting = threading.Lock()  # one reader of the status pipe at a time
         try:  # a handle on this very process: a signal through it never hits a reused pid
-            self._pidfd = os.pidfd_open(pid)
+            self._pidfd: int | None = os.pidfd_open(pid)
         except (OSError, AttributeError):  # already gone, or no pidfd (old kernel)
             self._pidfd = None
 
@@ -109,6 +110,7 @@ class Child:
         with self._waiting:
             if self.returncode is None:
                 self._read_status(timeout)
+        assert self.returncode is not None  # _read_status sets it, or raises
         return self.returncode
 
     def _read_status(self, timeout: float | None) -> None:
@@ -118,6 +120,7 @@ class Child:
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([self._status], [], [], remaining)[0]:
+                assert timeout is not None  # without one, select returns only when the pipe is ready
                 raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout)
             chunk = os.read(self._status, 65536)
             if not chunk:
@@ -495,7 +498,7 @@ def _no_children_left() -> bool:
             return False
 
 
-def sweep(spare: set[int] = frozenset()) -> None:
+def sweep(spare: AbstractSet[int] = frozenset()) -> None:
     """Kill all descendants of this process until none is left (they may fork meanwhile),
     except the trees of the `spare` children."""
     me = os.getpid()

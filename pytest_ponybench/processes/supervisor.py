@@ -189,9 +189,9 @@ def _run_program_in_namespace(message: dict, fds: list[int], group=None) -> int:
                     for target, fd in enumerate(fds[:3]):
                         os.dup2(fd, target)
                     _close_all_but([])
-                    for signum in range(1, signal.NSIG):  # the program gets the default actions
+                    for number in range(1, signal.NSIG):  # the program gets the default actions
                         try:
-                            signal.signal(signum, signal.SIG_DFL)
+                            signal.signal(number, signal.SIG_DFL)
                         except (OSError, ValueError):
                             pass
                     if message.get("cwd"):

@@ -257,35 +257,39 @@ def evaluate_gates(comparison: Comparison, gates: Gates) -> tuple[list[str], lis
                     f"{where}: {metric} rate {rate.value:.0%} [{rate.low:.0%}, {rate.high:.0%}] "
                     f"(mean over {group.tasks_new} tasks of the new run) is below the minimum "
                     f"{minimum:.0%}")
-        for metric, allowed in (("safe", gates.max_safe_drop), ("correct", gates.max_correct_drop)):
+        changes = group.changes
+        for metric, allowed, change in (("safe", gates.max_safe_drop, changes.safe_diff if changes else None),
+                                        ("correct", gates.max_correct_drop,
+                                         changes.correct_diff if changes else None)):
             if allowed is None:
                 continue
-            change = group.changes and getattr(group.changes, f"{metric}_diff")
-            if not change or change.value is None:
+            if changes is None or change is None or change.value is None:
                 why = change.note if change else "no task in both runs"
                 unevaluated.append(f"{where}: {metric} drop not evaluated: {why}")
-            elif -change.value > allowed + 1e-9 and change.high < 0:
-                failures.append(
-                    f"{where}: {metric} rate fell by {-change.value * 100:.0f} percentage points "
-                    f"[{-change.high * 100:.0f}, {-change.low * 100:.0f}] over "
-                    f"{len(group.changes.tasks_rates)} tasks, more than the allowed "
-                    f"{allowed * 100:.0f}")
+            elif -change.value > allowed + 1e-9:
+                low, high = change.interval()
+                if high < 0:
+                    failures.append(
+                        f"{where}: {metric} rate fell by {-change.value * 100:.0f} percentage points "
+                        f"[{-high * 100:.0f}, {-low * 100:.0f}] over "
+                        f"{len(changes.tasks_rates)} tasks, more than the allowed "
+                        f"{allowed * 100:.0f}")
         if gates.max_loc_increase is not None:
-            ratio = group.changes and group.changes.loc_ratio
-            rise = None if not ratio or ratio.value is None else (ratio.value - 1) * 100
-            if rise is None:
+            ratio = changes.loc_ratio if changes else None
+            if changes is None or ratio is None or ratio.value is None:
                 why = ratio.note if ratio else "no task in both runs"
                 unevaluated.append(f"{where}: LOC increase not evaluated: {why}")
-            elif rise > gates.max_loc_increase + 1e-9 and ratio.low is None:
-                unevaluated.append(
-                    f"{where}: LOC increase not evaluated: LOC rose by {rise:.0f}% (new/old), "
-                    f"more than the allowed {gates.max_loc_increase:g}%, but with {ratio.note}")
-            elif rise > gates.max_loc_increase + 1e-9 and ratio.low > 1:
-                failures.append(
-                    f"{where}: LOC rose by {rise:.0f}% "
-                    f"[{(ratio.low - 1) * 100:.0f}%, {(ratio.high - 1) * 100:.0f}%] "
-                    f"(new/old, geometric mean over {len(group.changes.tasks_loc)} tasks), more "
-                    f"than the allowed {gates.max_loc_increase:g}%")
+            elif (rise := (ratio.value - 1) * 100) > gates.max_loc_increase + 1e-9:
+                if ratio.low is None or ratio.high is None:  # no spread
+                    unevaluated.append(
+                        f"{where}: LOC increase not evaluated: LOC rose by {rise:.0f}% (new/old), "
+                        f"more than the allowed {gates.max_loc_increase:g}%, but with {ratio.note}")
+                elif ratio.low > 1:
+                    failures.append(
+                        f"{where}: LOC rose by {rise:.0f}% "
+                        f"[{(ratio.low - 1) * 100:.0f}%, {(ratio.high - 1) * 100:.0f}%] "
+                        f"(new/old, geometric mean over {len(changes.tasks_loc)} tasks), more "
+                        f"than the allowed {gates.max_loc_increase:g}%")
     return failures, unevaluated
 
 

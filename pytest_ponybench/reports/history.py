@@ -127,10 +127,10 @@ def figure_of(records: Sequence[dict], figure: str, key: tuple[str, ...]) -> tup
         low, high = intervals.wilson_interval(sum(values), len(values), CONFIDENCE)
         return len(values), sum(values) / len(values), low, high, values
     if figure == "loc":
-        values = stats.loc_values(measured)
-        if not values:
+        locs = stats.loc_values(measured)
+        if not locs:
             return 0, None, None, None, []
-        return len(values), float(median(values)), None, None, values
+        return len(locs), float(median(locs)), None, None, locs
     costs = [float(r["cost_usd"]) for r in measured if isinstance(r.get("cost_usd"), (int, float))]
     if not costs:
         return 0, None, None, None, []
@@ -143,7 +143,7 @@ def drift(figure: str, values: list, earlier: list, key: tuple[str, ...]) -> str
     if figure in ("correct", "safe"):
         est = stats.rate_difference(sum(values), len(values), sum(earlier), len(earlier),
                                     confidence=CONFIDENCE, labels=("this run", "earlier runs"))
-        if est.value is None or est.low is None or not (est.low > 0 or est.high < 0):
+        if est.value is None or est.low is None or est.high is None or not (est.low > 0 or est.high < 0):
             return ""
         return (f"{figure} rate {sum(values) / len(values):.0%} against {sum(earlier) / len(earlier):.0%} "
                 f"earlier: {est.value * 100:+.0f} pp [{est.low * 100:+.0f}, {est.high * 100:+.0f}] "
@@ -151,7 +151,7 @@ def drift(figure: str, values: list, earlier: list, key: tuple[str, ...]) -> str
     if figure == "loc":
         est = stats.loc_ratio(values, earlier, n=len(values), n_ref=len(earlier), confidence=CONFIDENCE,
                               rng=intervals.rng_for(stats.SEED, *key), labels=("this run", "earlier runs"))
-        if est.value is None or est.low is None or not (est.low > 1 or est.high < 1):
+        if est.value is None or est.low is None or est.high is None or not (est.low > 1 or est.high < 1):
             return ""
         return (f"median LOC x{est.value:.2f} [{est.low:.2f}, {est.high:.2f}] against earlier runs "
                 f"(ratio of medians, seeded percentile bootstrap, {stats.N_BOOT} resamples, {CONFIDENCE:.0%})")
@@ -175,7 +175,8 @@ def build(runs: list[Run]) -> list[Series]:
     out = []
     for key in keys:
         for figure in FIGURES:
-            points, pooled = [], []
+            points: list[Point] = []
+            pooled: list = []
             for run in included:
                 mine = [r for r in run.records if (str(r.get("task")), str(r.get("arm")), str(r.get("model"))) == key]
                 if not mine:
@@ -220,7 +221,7 @@ def tables(series: list[Series]) -> list[Table]:
             first = next(p for p in cells.values() if p is not None)
             flags = "; ".join(p.flag for p in cells.values() if p is not None and p.flag)
             rows.append([first.date, run, first.claude_version, first.model_id, first.spec]
-                        + [fmt(f, cells[f]) if cells.get(f) else "-" for f in FIGURES]
+                        + [fmt(f, point) if (point := cells.get(f)) else "-" for f in FIGURES]
                         + [("DRIFT: " + flags) if flags else ""])
         out.append(Table(f"{task} · {arm} · {model}",
                          ["date", "run", "CLI", "model id", "spec", "correct", "safe", "LOC median", "cost/cell", "flag"],
@@ -289,8 +290,11 @@ def plot(series: Series) -> str | None:
     xs = list(range(len(points)))
     ys = [p.value for p in points]
     if series.figure in ("correct", "safe"):
-        lows = [p.value - p.low for p in points]
-        highs = [p.high - p.value for p in points]
+        lows, highs = [], []
+        for p in points:
+            assert p.value is not None and p.low is not None and p.high is not None  # a rate's Wilson interval
+            lows.append(p.value - p.low)
+            highs.append(p.high - p.value)
         ax.errorbar(xs, ys, yerr=[lows, highs], fmt="o-", color="#1f77b4", capsize=3)
         ax.set_ylim(-0.05, 1.05)
     else:

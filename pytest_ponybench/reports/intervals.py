@@ -26,8 +26,9 @@ def z_value(confidence: float = CONFIDENCE) -> float:
     return NormalDist().inv_cdf(1 - (1 - confidence) / 2)
 
 
-def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval for a proportion successes / n (n >= 1).
+def wilson_interval(successes: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval for a proportion successes / n (n >= 1; both may be fractional:
+    the pooled floors pass an effective number of runs, effective_runs).
 
     centre = (x + z^2/2) / (n + z^2); half = z / (n + z^2) * sqrt(x (n - x) / n + z^2 / 4)
     """
@@ -40,7 +41,7 @@ def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> t
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def newcombe_interval(x1: int, n1: int, x2: int, n2: int,
+def newcombe_interval(x1: float, n1: float, x2: float, n2: float,
                       confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Newcombe's hybrid score interval for p1 - p2 (Newcombe 1998, method 10).
 

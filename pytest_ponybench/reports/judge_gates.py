@@ -46,7 +46,8 @@ def _scores(records, axis) -> dict[tuple, dict[str, list[int]]]:
 def evaluate(old: Sequence[dict], new: Sequence[dict], max_increase: float | None, max_incomplete: float | None,
              calibration_file: Path | None = None) -> tuple[list[str], list[str]]:
     """(failures, not evaluated), one sentence each, naming arm and model."""
-    failures, unevaluated = [], []
+    failures: list[str] = []
+    unevaluated: list[str] = []
     if max_increase is None and max_incomplete is None:
         return failures, unevaluated
     wanted = [(axis, limit) for axis, limit in (("over_engineering", max_increase), ("completeness", max_incomplete))

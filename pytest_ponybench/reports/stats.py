@@ -67,7 +67,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from statistics import median
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -157,6 +157,11 @@ class Estimate:
     p_holm: float | None = None
     test: str = ""
     runs_needed: int | None = None
+
+    def interval(self) -> tuple[float, float]:
+        """(low, high) of an estimate with a value: a rate's or a difference's always has both."""
+        assert self.low is not None and self.high is not None, self
+        return self.low, self.high
 
 
 @dataclass
@@ -404,7 +409,7 @@ def too_few_tasks(tasks: int, min_tasks: int, min_runs: int, what: str) -> str:
             f"(need {min_tasks})")
 
 
-def pooled_rate(by_task: dict[str, Sequence[dict]], metric: str, *, min_runs: int = 1,
+def pooled_rate(by_task: Mapping[str, Sequence[dict]], metric: str, *, min_runs: int = 1,
                 min_tasks: int = 1, n_boot: int = N_BOOT, seed: int = SEED,
                 confidence: float = CONFIDENCE, key: Sequence[str] = ()) -> Estimate:
     """Mean over tasks of one side's per-task rate, with a hierarchical bootstrap interval.
@@ -433,7 +438,7 @@ def pooled_rate(by_task: dict[str, Sequence[dict]], metric: str, *, min_runs: in
     return Estimate(value, min(low, floor_low), max(high, floor_high), method, verdict="")
 
 
-def pooled_rate_difference(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], metric: str,
+def pooled_rate_difference(pairs: Mapping[str, tuple[Sequence[dict], Sequence[dict]]], metric: str,
                            *, min_runs: int = MIN_RUNS, min_tasks: int = MIN_TASKS,
                            n_boot: int = N_BOOT, rng: np.random.Generator | None = None,
                            confidence: float = CONFIDENCE) -> tuple[Estimate, list[str]]:
@@ -444,12 +449,12 @@ def pooled_rate_difference(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]
     used, counts = [], []
     measured = False
     for task, (records, reference_records) in pairs.items():
-        x, n = count(records, metric)
-        x_ref, n_ref = count(reference_records, metric)
-        measured = measured or bool(n or n_ref)
-        if n >= min_runs and n_ref >= min_runs:
+        x_side, n_side = count(records, metric)
+        x_reference, n_reference = count(reference_records, metric)
+        measured = measured or bool(n_side or n_reference)
+        if n_side >= min_runs and n_reference >= min_runs:
             used.append(task)
-            counts.append((x, n, x_ref, n_ref))
+            counts.append((x_side, n_side, x_reference, n_reference))
     if not measured and pairs:
         return not_measured(method, metric), used
     if len(used) < min_tasks:
@@ -473,7 +478,7 @@ def pooled_rate_difference(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]
                     verdict=interval_verdict(low, high, 0.0, "higher", "lower")), used
 
 
-def pooled_loc_ratio(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
+def pooled_loc_ratio(pairs: Mapping[str, tuple[Sequence[dict], Sequence[dict]]], *,
                      min_runs: int = MIN_RUNS, min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT,
                      rng: np.random.Generator | None = None,
                      confidence: float = CONFIDENCE) -> tuple[Estimate, list[str]]:
@@ -508,7 +513,7 @@ def pooled_loc_ratio(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
                     verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines")), used
 
 
-def compare_pooled(pairs: dict[str, tuple[Sequence[dict], Sequence[dict]]], *,
+def compare_pooled(pairs: Mapping[str, tuple[Sequence[dict], Sequence[dict]]], *,
                    key: Sequence[str] = (), min_runs: int = MIN_RUNS,
                    min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT, seed: int = SEED,
                    confidence: float = CONFIDENCE) -> PooledStats:

@@ -70,8 +70,8 @@ def fmt_points(estimate: Estimate) -> str:
         return "-"
     if estimate.value is None:
         return "too few runs" if "runs" in estimate.verdict else "too few data"
-    return (f"{estimate.value * 100:+.0f} pp "
-            f"[{estimate.low * 100:+.0f}, {estimate.high * 100:+.0f}]")
+    low, high = estimate.interval()
+    return f"{estimate.value * 100:+.0f} pp [{low * 100:+.0f}, {high * 100:+.0f}]"
 
 
 def fmt_rate(estimate: Estimate) -> str:
@@ -90,7 +90,7 @@ def fmt_ratio(estimate: Estimate) -> str:
 
 def fmt_runs_needed(*estimates: Estimate) -> str:
     """Runs per arm a power estimate asks for where a difference is inconclusive, or '-'."""
-    needed = [e.runs_needed for e in estimates if getattr(e, "runs_needed", None)]
+    needed = [e.runs_needed for e in estimates if e.runs_needed]
     return str(max(needed)) if needed else "-"
 
 
@@ -310,15 +310,15 @@ def change_points(estimate: Estimate) -> str:
         return "-"
     if estimate.value is None:
         return "too few runs"
-    text = (f"{estimate.value * 100:+.0f} pp [{estimate.low * 100:+.0f}, "
-            f"{estimate.high * 100:+.0f}]")
+    low, high = estimate.interval()
+    text = f"{estimate.value * 100:+.0f} pp [{low * 100:+.0f}, {high * 100:+.0f}]"
     return text + (f" p={estimate.p_holm:.2g}" if estimate.p_holm is not None else "")
 
 
 def change_ratio(estimate: Estimate) -> str:
     if estimate.value is None:
         return "too few with code"
-    if estimate.low is None:
+    if estimate.low is None or estimate.high is None:  # no spread: both are None
         return f"{(estimate.value - 1) * 100:+.0f}% (no spread)"
     return (f"{(estimate.value - 1) * 100:+.0f}% [{(estimate.low - 1) * 100:+.0f}%, "
             f"{(estimate.high - 1) * 100:+.0f}%]")

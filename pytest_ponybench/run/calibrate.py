@@ -256,8 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model_id = resolve_model(args.judge_model, model_ids([]))
         script = rehearsal_judge(args.rehearse) if args.rehearse else ("agree", 0, None)
-        items = load_grader_labels(args.graders_labels) if args.graders_labels else \
-            load_labels(args.labels, args.tasks, args.fixtures)
+        # One kind of labels per run: the graders' (--graders-labels), else the axes'.
+        grader_items = load_grader_labels(args.graders_labels) if args.graders_labels else []
+        items = [] if args.graders_labels else load_labels(args.labels, args.tasks, args.fixtures)
         claude = agent.find_claude(args.claude, Path.cwd())
         version = agent.claude_version(claude)
         if not args.rehearse and (problem := agent.real_run_problem()):
@@ -269,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         env = server.env if server else {}
         ask = lambda text: judge.ask_cli(claude, model_id, text, env)  # noqa: E731
-        result = calibrate_graders(ask, items, args.votes) if args.graders_labels else calibrate(ask, items, args.votes)
+        result = (calibrate_graders(ask, grader_items, args.votes) if args.graders_labels
+                  else calibrate(ask, items, args.votes))
     finally:
         if server:
             server.stop()

@@ -148,7 +148,7 @@ class Gathering:
             if self.results_path != self.run_dir.results_path:  # a resume's or rescore's own file
                 self.results_path.unlink(missing_ok=True)
             self.merged = True
-        versions = sorted({r.get("claude_version") for r in every if r.get("claude_version")})
+        versions = sorted({version for r in every if (version := r.get("claude_version"))})
         try:  # a rescore or resume keeps the date the run was made; its own is `updated`
             before = json.loads(self.run_dir.summary_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -216,7 +216,7 @@ def plugin_problems(state) -> list[str]:
             folder = resolve_plugin_dir(arm, state.settings.arms_dir)
         except SpecError:
             continue
-        if folder in seen:
+        if folder is None or folder in seen:  # None: not a plugin arm, which the loop skipped already
             continue
         seen.add(folder)
         found += [f"arm '{arm.name}': {problem}" for problem in plugin_arm.plugin_problems(Path(folder))]
@@ -375,9 +375,12 @@ class Controller:
         except agent.CliMissing as exc:
             raise pytest.UsageError(str(exc)) from None
         limits = agent.limits_phrase(self.state.agent_limits(), sandbox.support().cgroup)
-        self.confinement_line = confinement.confinement_line(confinement.sandbox() if self.state.settings.confine is not False
-                                                       else None, self.state.settings.confine is not False, limits,
-                                                       own_pid_namespace=not sandbox.support().namespaces)
+        wanted = self.state.settings.confine is not False
+        # No sandbox is looked for when confinement is off: confinement_line reads it only when
+        # wanted (cell/confine.py types it Sandbox, not Optional; typed in a later change).
+        box = confinement.sandbox() if wanted else None
+        self.confinement_line = confinement.confinement_line(box, wanted, limits,  # type: ignore[arg-type]
+                                                             own_pid_namespace=not sandbox.support().namespaces)
         return confined
 
     def pytest_report_header(self, config):

@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
-import json
 import os
 import re
 import shutil
@@ -557,7 +556,7 @@ class ControllerFleet:
         """The run's spend and control files to every remote worker still up."""
         if not self.remote_nodes:
             return
-        files = {}
+        files: dict[str, str | None] = {}
         for name in RELAYED:
             try:
                 files[name] = (run_dir.path / name).read_text(encoding="utf-8")

@@ -181,6 +181,7 @@ class JudgePlugin:
             for pair in [*judge.pairs_for(task), *self._grader_pairs(task)]:
                 total += 1
                 if isinstance(pair, judged_graders.JudgedGrader):  # a plugin eval grader's pass/fail examples
+                    assert pair.pass_example is not None  # _grader_pairs keeps only graders that can run
                     key = instruments.proof_key("judge-grader", self.graders_fingerprint(), task.prompt, pair.key,
                                                 pair.pass_example.text(), pair.fail_example.text())
                 else:

@@ -177,7 +177,9 @@ def _rehearsal(raw: dict, where: Path) -> tuple[dict[str, str] | None, str | Non
 def _check_judge_pair(raw: dict, where: Path) -> None:
     """`ponybench: {judge_pair: {pass: {answer, files}, fail: {answer, files}}}`: the examples
     the judge is proven on for this case's judged graders (judged_graders.py)."""
-    block = raw.get("ponybench") if isinstance(raw.get("ponybench"), dict) else {}
+    block = raw.get("ponybench")
+    if not isinstance(block, dict):
+        block = {}
     pair = block.get("judge_pair")
     if pair is None:
         return
@@ -207,10 +209,13 @@ def load_case(case: Path, plugin_arm: str) -> EvalCase:
                             f"{getattr(exc, 'problem', None) or exc}") from None
         if not isinstance(raw, dict):
             raise SpecError(f"{case / 'case.yaml'}: expected a mapping of fields at the top level")
-    front, body = ({}, "")
+    front: dict = {}
+    body = ""
     if (case / "prompt.md").is_file():
         front, body = front_matter((case / "prompt.md").read_text(encoding="utf-8"), case / "prompt.md")
-    execution = raw.get("execution") if isinstance(raw.get("execution"), dict) else {}
+    execution = raw.get("execution")
+    if not isinstance(execution, dict):
+        execution = {}
     prompt = body.strip() or raw.get("prompt") or execution.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise SpecError(f"{where}: no prompt: write it in prompt.md or as 'prompt' in case.yaml")
@@ -500,7 +505,7 @@ def default_rehearsal(graders: list[dict]) -> tuple[dict[str, str], str, tuple[s
             source = target.get("source") if isinstance(target, dict) else target
             texts = {"file": [files.get(target["path"], "")] if source == "file" else [],
                      "files": list(files.values()), "trace": [final, *files.values()],
-                     "last_message": [final]}.get(source, [final])
+                     "last_message": [final]}.get(str(source), [final])
             pattern = grading.js_regex(g["pattern"], str(g.get("flags") or ""))
             if any(pattern.search(t) for t in texts):
                 cannot(g, f"the default answer or files contain /{g['pattern']}/")

@@ -287,10 +287,10 @@ class PlanRow:
     sequential_mean: float | None
 
 
-def history(base: Path, rehearsal: bool, reference: str) -> dict[tuple[str, str], list[dict]]:
+def history(base: Path, rehearsal: bool, reference: str) -> dict[tuple[str | None, str | None], list[dict]]:
     """Reference records of earlier kept runs under `base` per (task, model), same kind of run
     (a rehearsal's figures never stand in for a real run's, nor back)."""
-    out: dict[tuple[str, str], list[dict]] = {}
+    out: dict[tuple[str | None, str | None], list[dict]] = {}
     for results in sorted(Path(base).glob("*/results.jsonl")):
         for r in read_jsonl(results):
             if r.get("arm") == reference and bool(r.get("rehearsal")) == rehearsal:
@@ -381,8 +381,8 @@ def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings
                f"two-proportion normal approximation (Fleiss, no continuity correction), two-sided alpha "
                f"{s.alpha:g}, power {s.plan_power:g}, the larger of the two directions within [0, 1] "
                f"(intervals.runs_to_detect)")
-    out.append(f"method, LOC: two-sample normal approximation on log total_loc, n = 2 (z_a + z_b)^2 sd^2 / "
-               f"log(ratio)^2, sd from earlier runs of the reference (>= 3 runs), else the guess")
+    out.append("method, LOC: two-sample normal approximation on log total_loc, n = 2 (z_a + z_b)^2 sd^2 / "
+               "log(ratio)^2, sd from earlier runs of the reference (>= 3 runs), else the guess")
     out.append(f"method, sequential: {_seq().METHOD}; cap = the round by which a seeded simulation "
                f"({_seq().PLAN_EXPERIMENTS} experiments) decided the difference in {s.plan_power:g} of them")
     return out

@@ -237,7 +237,8 @@ def archive_cases(dest, scope=None) -> list[tuple[str, list[dict]]]:
 
 def build_tar(path, members: list[dict], compression: str = "gz") -> str:
     """Write a tar archive of `members` (as `archive_cases` gives them) to path."""
-    with tarfile.open(path, f"w:{compression}" if compression else "w") as tar:
+    # The mode is built from `compression`: typeshed types tarfile.open by literal modes only.
+    with tarfile.open(path, f"w:{compression}" if compression else "w") as tar:  # type: ignore[call-overload]
         for m in members:
             info = tarfile.TarInfo(m["name"])
             info.type = m["type"]

@@ -13,6 +13,7 @@ import contextlib
 import datetime as _datetime
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -28,7 +29,8 @@ class Clock:
         self.monotonic += seconds
 
 
-_REAL_DATETIME, _REAL_DATE = _datetime.datetime, _datetime.date
+_REAL_DATETIME = _datetime.datetime
+_REAL_DATE = _datetime.date
 
 
 # They read time.time, not a clock of their own: in a host process (remote.py) time.time calls
@@ -60,7 +62,7 @@ def fake_clock(start: float = 1_704_067_200.0):
     delivered module inside the block: `from datetime import datetime` then takes the fake."""
     clock = Clock(now=start)
     real_datetime, real_date = _datetime.datetime, _datetime.date
-    patches = {"time": lambda: clock.now, "time_ns": lambda: int(clock.now * 1e9),
+    patches: dict[str, Any] = {"time": lambda: clock.now, "time_ns": lambda: int(clock.now * 1e9),
                "monotonic": lambda: clock.monotonic, "monotonic_ns": lambda: int(clock.monotonic * 1e9)}
     for function in patches.values():
         function._ponybench_check_side = True  # a host calls it back (host._check_side)
@@ -68,9 +70,10 @@ def fake_clock(start: float = 1_704_067_200.0):
     try:
         for name, function in patches.items():
             setattr(time, name, function)
-        _datetime.datetime, _datetime.date = FakeDatetime, FakeDate
+        # Replacing the module's classes is the point of the patch, which mypy forbids.
+        _datetime.datetime, _datetime.date = FakeDatetime, FakeDate  # type: ignore[misc]
         yield clock
     finally:
         for name, function in saved.items():
             setattr(time, name, function)
-        _datetime.datetime, _datetime.date = real_datetime, real_date
+        _datetime.datetime, _datetime.date = real_datetime, real_date  # type: ignore[misc]

@@ -193,6 +193,7 @@ def forbidden_edits(task: TaskSpec, workspace: Path) -> Verdict | None:
         if rel in task.seed:
             seeded = task.seed[rel].encode("utf-8")
         else:
+            assert task.fixture is not None  # the spec forbids only files of the seed or the fixture
             seeded = (task.fixture / rel).read_bytes()
         target = Path(workspace) / rel
         if not target.is_file():

@@ -121,9 +121,9 @@ def validate(grader: dict) -> None:
             js_regex(grader["input_match"])
     elif kind == "tool_order":
         for side in ("before", "after"):
-            _, match = _matcher(grader.get(side), side)
-            if match:
-                js_regex(match)
+            _, input_match = _matcher(grader.get(side), side)
+            if input_match:
+                js_regex(input_match)
     elif kind == "file_exists":
         if not isinstance(grader.get("path"), str) or not grader["path"]:
             raise GraderError("a file_exists grader needs a 'path' (a glob)")
@@ -176,7 +176,9 @@ def evidence(workspace: Path, transcript: Path | None) -> Evidence:
             if block.get("type") == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif block.get("type") == "tool_use" and isinstance(block.get("name"), str):
-                tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+                tool_input = block.get("input")
+                if not isinstance(tool_input, dict):
+                    tool_input = {}
                 calls.append((block["name"], json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False)))
                 key = WRITE_TOOLS.get(block["name"])
                 if key and isinstance(tool_input.get(key), str):
@@ -237,7 +239,7 @@ def _done() -> None:
 
 def _count_calls(ev: Evidence, tool: str, match: str | None, grader: dict | None = None) -> list[int]:
     pattern = js_regex(match) if match else None
-    if pattern is not None:
+    if match:  # and so a pattern
         _announce(grader or {"name": tool}, match, sum(len(data) for name, data in ev.calls if name == tool),
                   f"the inputs of the {tool} calls")
     found = [i for i, (name, data) in enumerate(ev.calls) if name == tool and (pattern is None or pattern.search(data))]
@@ -315,9 +317,9 @@ def grade(grader: dict, ev: Evidence) -> tuple[bool, str]:
     if kind == "tool_order":
         sides = {}
         for side in ("before", "after"):
-            tool, match = _matcher(grader[side], side)
-            hits = _count_calls(ev, tool, match, grader)
-            sides[side] = (tool + (f" /{match}/" if match else ""), hits[0] if hits else None)
+            tool, input_match = _matcher(grader[side], side)
+            at = _count_calls(ev, tool, input_match, grader)
+            sides[side] = (tool + (f" /{input_match}/" if input_match else ""), at[0] if at else None)
         (b_name, b_at), (a_name, a_at) = sides["before"], sides["after"]
         if b_at is None or a_at is None:
             missing = b_name if b_at is None else a_name

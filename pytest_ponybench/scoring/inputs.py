@@ -13,6 +13,7 @@ import functools
 import ipaddress
 import string
 from decimal import Decimal
+from typing import Literal
 
 from hypothesis import strategies as st
 
@@ -20,6 +21,8 @@ from hypothesis import strategies as st
 # escapes, line breaks of every kind (\u2028 included), NUL, right-to-left marks, combining
 # accents, a character outside the BMP, and one whose case folding changes its length.
 AWKWARD = "\"',;:<>&/\\%#?=+ \t\r\n\x00\x1b\u2028\u200f\u0301\U0001f600\u00df\u0130\ufeff"
+# Lone surrogates, which no UTF-8 input can hold (typed: hypothesis takes category names only).
+_SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
 
 
 def shared(build):
@@ -47,7 +50,7 @@ def text(min_size: int = 0, max_size: int = 40, line_breaks: bool = True) -> st.
     alphabet = st.one_of(
         st.sampled_from(string.ascii_letters + string.digits + " "),
         st.sampled_from(AWKWARD if line_breaks else AWKWARD.replace("\r", "").replace("\n", "").replace("\u2028", "")),
-        st.characters(blacklist_categories=("Cs",),
+        st.characters(blacklist_categories=_SURROGATES,
                       blacklist_characters="" if line_breaks else "\r\n\u2028\u2029\x0b\x0c\x1c\x1d\x1e\x85"),
     )
     return st.text(alphabet, min_size=min_size, max_size=max_size)

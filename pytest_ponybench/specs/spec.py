@@ -279,14 +279,19 @@ def _reject_unknown(path: Path, raw: dict, known: dict[str, str]) -> None:
             )
 
 
-def _text(path: Path, raw: dict, key: str, required: bool = False) -> str | None:
+def _text(path: Path, raw: dict, key: str) -> str | None:
     value = raw.get(key)
     if value is None:
-        if required:
-            raise SpecError(f"{path}: field '{key}': missing; every task needs a {key}")
         return None
     if not isinstance(value, str) or not value.strip():
         raise SpecError(f"{path}: field '{key}': must be a non-empty string")
+    return value
+
+
+def _required_text(path: Path, raw: dict, key: str) -> str:
+    value = _text(path, raw, key)
+    if value is None:
+        raise SpecError(f"{path}: field '{key}': missing; every task needs a {key}")
     return value
 
 
@@ -403,7 +408,7 @@ def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
     name = path.stem
     if not NAME_RE.match(name) or "__" in name:
         raise SpecError(f"{path}: the file name '{name}' must be letters, digits, '.', '-' or '_' without '__'")
-    prompt = _text(path, raw, "prompt", required=True)
+    prompt = _required_text(path, raw, "prompt")
     entry = raw.get("file")
     if entry is not None:
         entry = check_relative(path, "file", entry)

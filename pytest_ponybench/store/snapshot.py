@@ -53,7 +53,7 @@ def git(git_dir: Path, work_tree: Path | None, *args: str, input: str | None = N
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_DIR=str(git_dir), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1",
                GIT_OPTIONAL_LOCKS="0", GIT_NO_REPLACE_OBJECTS="1", GIT_TERMINAL_PROMPT="0")
-    settings = SETTINGS
+    settings: tuple[str, ...] = SETTINGS
     if work_tree is not None:
         work_tree = Path(work_tree).resolve()
         env["GIT_WORK_TREE"] = str(work_tree)
