@@ -208,6 +208,38 @@ def test_a_check_cannot_read_the_run_key(run):
     assert "SECRET-RUN-KEY" not in verdict.reason
 
 
+def test_delivered_code_cannot_read_its_task_file_from_the_project_or_the_package(run, monkeypatch):
+    require("namespaces", "user")
+    # The project (the harness's folder) and an installed wheel's package data each hold the
+    # task file with its good reference; delivered code finds them from pytest_ponybench.__file__.
+    project = run["root"] / "project"
+    (project / "tasks").mkdir(parents=True)
+    (project / "tasks" / "add.yaml").write_text("good: PROJECT-ANSWER-KEY\n")
+    from pytest_ponybench.specs import library
+    wheel = run["root"] / "site-packages" / "pytest_ponybench" / "library"
+    (wheel / "tasks").mkdir(parents=True)
+    (wheel / "tasks" / "add.yaml").write_text("good: PACKAGE-ANSWER-KEY\n")
+    monkeypatch.setattr(library, "PACKAGE_LIBRARY", wheel)
+    monkeypatch.chdir(project)
+    verdict = judge(run["mine"], f"""
+        import pathlib, pytest_ponybench
+        found = ""
+        checkout = pathlib.Path(pytest_ponybench.__file__).resolve().parents[1]
+        for path in [{str(project / 'tasks' / 'add.yaml')!r}, {str(wheel / 'tasks' / 'add.yaml')!r},
+                     *[str(p) for p in sorted((checkout / "tasks").glob("*.yaml"))][:3]]:
+            try:
+                found += open(path).read()[:40]
+            except OSError:
+                pass
+        def add(a, b):
+            return a + b
+    """, check="""
+        mod = load(FILE)
+        assert False, f"found: {mod.found!r}"
+    """)
+    assert "found: ''" in verdict.reason, verdict.reason
+
+
 def test_a_forged_verdict_file_does_not_pass_the_cell(run):
     require("namespaces", "user")
     # Where the verdict used to be (next to the copy) and where it is now (its private folder).
