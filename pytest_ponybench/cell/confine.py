@@ -1,10 +1,13 @@
 """The agent's sandbox: bubblewrap around the `claude` CLI.
 
-Found once per process by a trial run (`sandbox`); `confine` wraps a cell's argv so that the
-whole system is read-only but the workspace and a private CLI configuration, the run
-directory and the run keys are hidden, and nothing the agent starts outlives it. Where there
-is no sandbox, `unconfined_reach` and `confinement_line` say what the agent can then reach.
-May import `agent` (CliMissing) and `store`; `agent` never imports this module.
+Found once per process by a trial run (`sandbox`); `confine` wraps a cell's argv in a view
+built from an allow-list, what a user's machine shows the agent: the system and its tools
+read-only, the CLI, the arm's plugin, a private /tmp and CLI configuration, and its workspace,
+the only folder of the host it writes. The run directory, other cells, the run keys, the task
+library, the harness and its temporary copies are never in it; nothing the agent starts
+outlives it. Where there is no sandbox, `unconfined_reach` and `confinement_line` say what
+the agent can then reach. May import `agent` (CliMissing), `store` and `specs`; `agent` never
+imports this module.
 """
 from __future__ import annotations
 
@@ -131,8 +134,9 @@ def confinement_line(box: Sandbox, wanted: bool, limits: str = "", own_pid_names
     if not box.works:
         return f"ponybench: the agent runs unconfined: {box.problem}; {reach}{end}"
     who = f"as uid {SANDBOX_UID}, not root" if box.own_user else "as this user"
-    return (f"ponybench: the agent runs confined (bubblewrap, {who}): only its workspace writable, the run "
-            f"directory and the run's key hidden, a private CLI configuration, nothing it starts outlives it{end}")
+    return (f"ponybench: the agent runs confined (bubblewrap, {who}): it sees the system, its tools, the CLI "
+            f"and its workspace, the only folder it writes; not the run, the run's key, the task library or "
+            f"the harness; a private CLI configuration, nothing it starts outlives it{end}")
 
 
 def cli_folder(claude: str) -> str:
