@@ -23,7 +23,8 @@ import pytest
 from pytest_ponybench.cell import confine as confinement
 from pytest_ponybench.processes import sandbox
 from support import proc_watch
-from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, fake_env, only_run_dir, results, run, write_project
+from support.benchproc import (ADD_TASK, GOOD_ADD, bench_args, fake_env, installed_cli, only_run_dir, results, run,
+                               write_project)
 from support.records import record_data
 
 OUTSIDE_CONFTEST = """\
@@ -94,13 +95,7 @@ def test_a_cli_installed_under_tmp_still_runs_confined(outside_project, tmp_path
     may be) must still be visible inside it."""
     root, claude_bin = outside_project
     assert Path("/tmp") in tmp_path.parents, "pytest's tmp_path is expected under /tmp here"
-    # The binary itself installed there (a hard link where it can: the same file, no 370 MB
-    # copy); a wrapper that runs one elsewhere would find nothing there, as on another machine.
-    installed = tmp_path / "claude"
-    try:
-        os.link(os.path.realpath(claude_bin), installed)
-    except OSError:
-        shutil.copy2(os.path.realpath(claude_bin), installed)
+    installed = installed_cli(claude_bin, tmp_path / "cli")
     done = run(root, bench_args(root, "--ponybench-rehearse", "--ponybench-confine", claude=installed))
     assert done.returncode == 0, done.stdout[-3000:]
     (record,) = results(cell_dir(root).parent)
