@@ -11,6 +11,7 @@ passes.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import os
 import sys
@@ -42,13 +43,18 @@ def needs_cgroups():
 def hostile_cli(tmp_path: Path, before: dict[str, str]) -> Path:
     """A stand-in CLI that runs `before[cell]` (what the agent does with its tools) in the cell
     of that name, then plays the session as fake_claude does."""
-    script = tmp_path / "limited-claude"
+    # Installed in a folder of its own, fake_claude beside it: a confined CLI sees its own
+    # folder, not the project's tests/.
+    folder = tmp_path / "cli"
+    folder.mkdir()
+    shutil.copy(FAKE, folder / FAKE.name)
+    script = folder / "limited-claude"
     script.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
         import sys
         from pathlib import Path
         BEFORE = {before!r}
-        sys.path.insert(0, {str(FAKE.parent)!r})
+        sys.path.insert(0, {str(folder)!r})
         import fake_claude
         if sys.argv[1:2] != ["--version"] and Path.cwd().name in BEFORE:
             exec(compile(BEFORE[Path.cwd().name], "agent", "exec"), {{"__name__": "agent"}})
@@ -169,8 +175,8 @@ def test_a_daemon_the_agent_leaves_does_not_outlive_its_cell(tmp_path, confined)
         pytest.skip(confinement.sandbox().problem)
     mark = f"ponybench-daemon-{uuid.uuid4().hex[:8]}"
     root = write_project(tmp_path / "project", {"add": ADD_TASK})
-    env = fake_env(root, write=GOOD_ADD)
-    (root / "fake.json").write_text(json.dumps({"write": GOOD_ADD}))  # no call log: confined, it lies outside
+    # The spec itself, no call log: confined, no file of the project is in the agent's view.
+    env = {**fake_env(root, write=GOOD_ADD), "PONYBENCH_FAKE": json.dumps({"write": GOOD_ADD})}
     extra = ("--ponybench-confine",) if confined else ()
     done = session(root, hostile_cli(tmp_path, {CELL0: daemon(mark)}), *extra, env=env)
     records = records_of(root)

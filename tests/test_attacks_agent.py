@@ -30,7 +30,9 @@ from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, only_run_dir, resu
 
 REPO = Path(__file__).resolve().parents[1]
 ATTACKER = REPO / "tests" / "fakes" / "attacker_claude.py"
-FILE_ATTACKS = ("results", "other_cell", "ledger", "pause", "key", "link")
+FILE_ATTACKS = ("results", "other_cell", "ledger", "pause", "key", "link", "read")
+PACKAGE = Path(confinement.__file__).resolve().parents[1]  # the harness, as the session imports it
+SHIPPED_TASK = REPO / "tasks" / "csv_total.yaml"  # the checkout's library: an editable install's
 CELL0, CELL1 = "add__baseline__haiku__0", "add__baseline__haiku__1"
 
 
@@ -63,16 +65,36 @@ def mine(mark: str, seconds: float = 1.5) -> set[int]:
         time.sleep(0.05)
 
 
+def planted_check_copy() -> Path:
+    """A file where the harness keeps its check and reference copies (its temporary folder,
+    in a 0700 folder as tempfile makes them): another cell's code or a good reference."""
+    folder = Path(tempfile.mkdtemp(prefix="ponybench-check-"))
+    copy = folder / "0" / "reference" / "add__baseline__haiku__7" / "add.py"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("# PLANTED-REFERENCE-COPY\n" + GOOD_ADD["add.py"])
+    return copy
+
+
+def answer_key(root: Path, copy: Path) -> list[Path]:
+    """What the attacker's `read` tries: the task file in the project and in the shipped
+    library, the harness's package, a check copy in the harness's temporary folder."""
+    return [root / "tasks" / "add.yaml", SHIPPED_TASK, PACKAGE / "__init__.py", copy]
+
+
 def attacked_session(root: Path, *extra: str, attacks=FILE_ATTACKS, mark: str = "") -> Path:
     """Two cells, one after the other, each played by the attacker; the run directory."""
     write_project(root, {"add": ADD_TASK})
     (root / "pytest.ini").write_text("[pytest]\ntestpaths = tasks\nponybench_retry_wait = 0\n")
-    (root / "fake.json").write_text(json.dumps({"write": GOOD_ADD}))  # no call log: it would lie outside
-    env = {"PONYBENCH_FAKE": str(root / "fake.json"), "ANTHROPIC_API_KEY": "fake", "IS_SANDBOX": "1",
-           "PONYBENCH_ATTACKS": ",".join(attacks), "PONYBENCH_DAEMON_MARK": mark, "PONYBENCH_DAEMON_S": "40"}
+    copy = planted_check_copy()
+    env = {"PONYBENCH_FAKE": json.dumps({"write": GOOD_ADD}), "ANTHROPIC_API_KEY": "fake", "IS_SANDBOX": "1",
+           "PONYBENCH_ATTACKS": ",".join(attacks), "PONYBENCH_DAEMON_MARK": mark, "PONYBENCH_DAEMON_S": "40",
+           "PONYBENCH_READ": os.pathsep.join(map(str, answer_key(root, copy)))}
     # The default (no confinement option): bench_args runs stand-ins unconfined, so that goes.
     args = [a for a in bench_args(root, claude=ATTACKER) if a != "--ponybench-no-confine"]
-    done = run(root, [*args, "--runs", "2", *extra], env=env)
+    try:
+        done = run(root, [*args, "--runs", "2", *extra], env=env)
+    finally:
+        shutil.rmtree(copy.parents[2], ignore_errors=True)
     assert "INTERNALERROR" not in done.stdout, done.stdout[-3000:]
     run_dir = only_run_dir(root)
     (run_dir / "session.out").write_text(done.stdout)
@@ -141,6 +163,13 @@ def test_unconfined_the_agent_plants_links_beside_its_workspace(unconfined):
     assert report(unconfined, CELL0)["link"].startswith("done: planted")
 
 
+def test_unconfined_the_agent_reads_the_task_file_the_harness_and_a_check_copy(unconfined):
+    assert report(unconfined, CELL0)["read"].startswith("done:")
+    seen = (unconfined / CELL0 / "read.txt").read_text()
+    for secret in ("good:", "PLANTED-REFERENCE-COPY", "__all__"):
+        assert secret in seen, f"{secret!r} not read by the unconfined agent"
+
+
 # ------------------------------------------------------------------ confined: each one is held
 
 
@@ -152,6 +181,9 @@ def test_confined_every_attack_is_refused_inside_the_sandbox(confined):
         for attack in FILE_ATTACKS:
             assert said[attack].startswith("refused:") or said[attack] == "nothing to attack", (cell, attack, said)
         assert not (run_dir / cell / "stolen.key").exists() and not (run_dir / cell / "seen.results.jsonl").exists()
+        # No task file (checks, good reference), harness or check copy in its view (issue 36).
+        assert said["read"] == "refused: none of the files could be read", said
+        assert not (run_dir / cell / "read.txt").exists()
 
 
 def test_confined_the_run_and_every_cell_are_untouched(confined):

@@ -187,15 +187,15 @@ def test_a_check_cannot_find_the_run_through_its_environment(run):
     assert verdict.ok, verdict.reason  # the run is hidden; the transcript itself is still there to read
 
 
-def test_a_check_cannot_read_the_run_key(run):
-    require("namespaces", "user")
-    verdict = judge(run["mine"], """
-        import os
+def read_by_delivered_code(ws: Path, paths: str) -> str:
+    """The reason of a check that names what delivered code read (the head of each file) of
+    the files `paths`, a Python expression it evaluates, names: "found: ''" for nothing."""
+    return judge(ws, f"""
+        import os, pathlib, pytest_ponybench
         found = ""
-        folder = os.environ["PONYBENCH_KEY_DIR"]
-        for name in (os.listdir(folder) if os.path.isdir(folder) else []):
+        for path in {paths}:
             try:
-                found += open(os.path.join(folder, name)).read()
+                found += open(path).read()[:40]
             except OSError:
                 pass
         def add(a, b):
@@ -203,9 +203,41 @@ def test_a_check_cannot_read_the_run_key(run):
     """, check="""
         mod = load(FILE)
         assert False, f"found: {mod.found!r}"
-    """)
-    assert "found: ''" in verdict.reason, verdict.reason
-    assert "SECRET-RUN-KEY" not in verdict.reason
+    """).reason
+
+
+def test_a_check_cannot_read_the_run_key(run):
+    require("namespaces", "user")
+    said = read_by_delivered_code(run["mine"], '[os.path.join(os.environ["PONYBENCH_KEY_DIR"], name) for name in '
+                                               '(os.listdir(os.environ["PONYBENCH_KEY_DIR"]) '
+                                               'if os.path.isdir(os.environ["PONYBENCH_KEY_DIR"]) else [])]')
+    assert "found: ''" in said and "SECRET-RUN-KEY" not in said, said
+
+
+def test_delivered_code_cannot_read_its_task_file_from_the_project_or_the_package(run, monkeypatch):
+    require("namespaces", "user")
+    # The project (the harness's folder), an installed wheel's package data and the checkout
+    # (an editable install's) each hold task files with their good references; delivered code
+    # finds them from pytest_ponybench.__file__. Planted beside the checkout, not under /var/tmp
+    # or /tmp, which the check's own tmpfs covers anyway.
+    from pytest_ponybench.specs import library
+    planted = Path(tempfile.mkdtemp(prefix=".ponybench-attack-", dir=REPO))
+    try:
+        planted.chmod(0o755)
+        project = planted / "project"
+        wheel = planted / "site-packages" / "pytest_ponybench" / "library"
+        for folder, key in ((project, "PROJECT"), (wheel, "PACKAGE")):
+            (folder / "tasks").mkdir(parents=True)
+            (folder / "tasks" / "add.yaml").write_text(f"good: {key}-ANSWER-KEY\n")
+        monkeypatch.setattr(library, "PACKAGE_LIBRARY", wheel)
+        monkeypatch.chdir(project)
+        checkout = "pathlib.Path(pytest_ponybench.__file__).resolve().parents[1]"
+        said = read_by_delivered_code(run["mine"], f"[{str(project / 'tasks' / 'add.yaml')!r}, "
+                                                   f"{str(wheel / 'tasks' / 'add.yaml')!r}, "
+                                                   f"*sorted(({checkout} / 'tasks').glob('*.yaml'))[:3]]")
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)
+    assert "found: ''" in said, said
 
 
 def test_a_forged_verdict_file_does_not_pass_the_cell(run):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,7 +23,8 @@ import pytest
 from pytest_ponybench.cell import confine as confinement
 from pytest_ponybench.processes import sandbox
 from support import proc_watch
-from support.benchproc import ADD_TASK, GOOD_ADD, bench_args, fake_env, only_run_dir, results, run, write_project
+from support.benchproc import (ADD_TASK, GOOD_ADD, bench_args, fake_env, installed_cli, only_run_dir, results, run,
+                               write_project)
 from support.records import record_data
 
 OUTSIDE_CONFTEST = """\
@@ -90,13 +92,11 @@ def test_unconfined_the_same_writes_land_and_the_cell_fails_as_escaped(outside_p
 
 def test_a_cli_installed_under_tmp_still_runs_confined(outside_project, tmp_path):
     """The sandbox's /tmp is private: a CLI installed under /tmp (a checkout there, as CI's
-    may be; here a wrapper script that lives in /tmp) must still be visible inside it."""
+    may be) must still be visible inside it."""
     root, claude_bin = outside_project
     assert Path("/tmp") in tmp_path.parents, "pytest's tmp_path is expected under /tmp here"
-    wrapper = tmp_path / "claude"
-    wrapper.write_text(f'#!/bin/sh\nexec "{claude_bin}" "$@"\n')
-    wrapper.chmod(0o755)
-    done = run(root, bench_args(root, "--ponybench-rehearse", "--ponybench-confine", claude=wrapper))
+    installed = installed_cli(claude_bin, tmp_path / "cli")
+    done = run(root, bench_args(root, "--ponybench-rehearse", "--ponybench-confine", claude=installed))
     assert done.returncode == 0, done.stdout[-3000:]
     (record,) = results(cell_dir(root).parent)
     assert (record["status"], record["passed"]) == ("finished", True)
@@ -159,13 +159,27 @@ def test_ini_turns_confinement_off_and_a_bad_value_is_named(tmp_path):
     assert "ini option ponybench_confine = 'maybe': 'maybe' is not auto, true or false" in done.stderr
 
 
-def test_the_sandbox_hides_the_runs_folder_unless_the_cli_or_its_plugin_lies_in_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("PONYBENCH_KEY_DIR", str(tmp_path / "keys"))
-    (tmp_path / "keys").mkdir()
-    run_dir = tmp_path / "runs" / "20261206-000000"
-    run_dir.mkdir(parents=True)
-    assert confinement.hidden_paths(run_dir, ["/usr/bin/claude"]) == [tmp_path / "runs", tmp_path / "keys"]
-    plugin = tmp_path / "runs" / "plugins" / "p"
-    assert confinement.hidden_paths(run_dir, ["/usr/bin/claude", plugin]) == [run_dir, tmp_path / "keys"]
-    # A key folder that holds what the agent needs (its home, say) stays: the run directory does not.
-    assert confinement.hidden_paths(run_dir, [tmp_path / "keys" / "home"]) == [tmp_path / "runs"]
+def test_a_non_editable_install_s_task_library_is_not_in_the_agents_view(tmp_path, monkeypatch):
+    """An installed wheel carries the task library as package data in site-packages, under a
+    folder the sandbox binds (the interpreter's, on PATH): that folder is there, the library not."""
+    if not confinement.sandbox().works:
+        pytest.skip(confinement.sandbox().problem)
+    from pytest_ponybench.specs import library
+
+    venv = Path(tempfile.mkdtemp(prefix="ponybench-venv-", dir="/var/tmp"))
+    try:
+        package = venv / "lib" / "site-packages" / "pytest_ponybench"
+        (package / "library" / "tasks").mkdir(parents=True)
+        (package / "library" / "tasks" / "add.yaml").write_text("good: THE-ANSWER-KEY\n")
+        (venv / "lib" / "site-packages" / "other.txt").write_text("another package\n")
+        monkeypatch.setattr(library, "PACKAGE_LIBRARY", package / "library")
+        ws = tmp_path / "runs" / "run" / "cell"
+        ws.mkdir(parents=True)
+        env = {**os.environ, "PATH": f"{venv}{os.pathsep}{os.environ['PATH']}"}
+        argv = confinement.confine(["/bin/sh", "-c", f"cat {venv}/lib/site-packages/other.txt; "
+                                    f"cat {package}/library/tasks/add.yaml"], ws, env, run_dir=ws.parent)
+        done = subprocess.run(argv, cwd=ws, capture_output=True, text=True, timeout=60)
+        assert "another package" in done.stdout, done.stderr  # the tool folder is in view
+        assert "THE-ANSWER-KEY" not in done.stdout and "No such file" in done.stderr
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from support import benchproc
+from support.benchproc import installed_cli
 from support.ponyproject import DOUBLE_TASK
 
 REPO = Path(__file__).resolve().parents[1]
@@ -169,7 +170,9 @@ def test_a_rescore_of_a_rehearsal_says_so_and_keeps_the_run_s_date(project):
 def test_an_arm_whose_prompt_is_swallowed_is_not_proven(project, tmp_path):
     """As if a CLI release ignored --append-system-prompt: a wrapper drops the flag before the
     real binary sees it. The cells still finish, but no arm's text reached the model."""
-    wrapper = tmp_path / "claude-drops-append"
+    # Installed beside the binary it runs: a confined CLI sees its own folder, nothing else of the project.
+    real = str(installed_cli(project.claude_bin, tmp_path / "cli"))
+    wrapper = tmp_path / "cli" / "claude-drops-append"
     wrapper.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
         import os, sys
@@ -177,7 +180,7 @@ def test_an_arm_whose_prompt_is_swallowed_is_not_proven(project, tmp_path):
         if "--append-system-prompt" in argv:
             i = argv.index("--append-system-prompt")
             del argv[i:i + 2]
-        os.execv({project.claude_bin!r}, [{project.claude_bin!r}] + argv)
+        os.execv({real!r}, [{real!r}] + argv)
     """))
     wrapper.chmod(0o755)
     project.claude_bin = str(wrapper)

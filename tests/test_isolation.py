@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import uuid
 from pathlib import Path
 
 
@@ -118,3 +119,53 @@ def test_the_walk_for_setup_above_stops_at_the_git_root(tmp_path):
     environ = {"HOME": str(tmp_path / "elsewhere")}
     assert agent.setup_above(runs, environ) == [repo / ".claude" / "commands"]
     assert agent.setup_above(tmp_path, environ) == [tmp_path / ".claude" / "agents"]
+
+
+# --------------------------------------------------------------------------- repository history (issue 36, item 8)
+
+# Inside a git repository the CLI puts the repository's status and recent commit messages in
+# front of the model (its "gitStatus" context). A run directory inside the user's repository
+# (the default runs/) must not pass that history to any cell: an answer may be in it.
+DUMP_REQUESTS = """\
+import json, os
+import pytest
+
+CONFIG = []
+
+
+def pytest_configure(config):
+    CONFIG.append(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_ponybench_prove_arm(cell, workspace, transcript):
+    model = CONFIG[0].pluginmanager.get_plugin("ponybench-rehearsal").model
+    with open(os.environ["PONYBENCH_REQUESTS_OUT"], "a", encoding="utf-8") as out:
+        out.write(json.dumps(model.requests(cell.id)) + "\\n")
+"""
+
+
+@pytest.mark.parametrize("mode", ["confined", "unconfined"])
+def test_no_repository_history_reaches_a_cell_whose_run_lies_in_a_repository(tmp_path, claude_bin, mode):
+    from support.benchproc import ADD_TASK, bench_args, results, run, write_project
+
+    if mode == "confined":
+        from pytest_ponybench.cell import confine as confinement
+        if not confinement.sandbox().works:
+            pytest.skip(confinement.sandbox().problem)
+    root = write_project(tmp_path / "project", {"add": ADD_TASK}, conftest=DUMP_REQUESTS)
+    marker = f"MARKER-GIT-HISTORY-{uuid.uuid4().hex[:10]}"
+    git = ["git", "-C", str(root), "-c", "user.name=u", "-c", "user.email=u@example.com"]
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", f"{marker}: add is return a + b"], check=True)
+    out = tmp_path / "requests.jsonl"
+    flag = "--ponybench-confine" if mode == "confined" else "--ponybench-no-confine"
+    done = run(root, [a for a in bench_args(root, "--ponybench-rehearse", claude=claude_bin)
+                      if a != "--ponybench-no-confine"] + [flag], env={"PONYBENCH_REQUESTS_OUT": str(out)})
+    assert done.returncode == 0, done.stdout[-3000:]
+    (record,) = results((root / "runs").iterdir().__next__())
+    assert record["passed"], record
+    seen = out.read_text()
+    assert '"messages"' in seen, "no request was recorded"  # the dump itself worked
+    assert marker not in seen, f"the repository's history reached the model ({mode})"

@@ -1,10 +1,13 @@
 """The agent's sandbox: bubblewrap around the `claude` CLI.
 
-Found once per process by a trial run (`sandbox`); `confine` wraps a cell's argv so that the
-whole system is read-only but the workspace and a private CLI configuration, the run
-directory and the run keys are hidden, and nothing the agent starts outlives it. Where there
-is no sandbox, `unconfined_reach` and `confinement_line` say what the agent can then reach.
-May import `agent` (CliMissing) and `store`; `agent` never imports this module.
+Found once per process by a trial run (`sandbox`); `confine` wraps a cell's argv in a view
+built from an allow-list, what a user's machine shows the agent: the system and its tools
+read-only, the CLI, the arm's plugin, a private /tmp and CLI configuration, and its workspace,
+the only folder of the host it writes. The run directory, other cells, the run keys, the task
+library, the harness and its temporary copies are never in it; nothing the agent starts
+outlives it. Where there is no sandbox, `unconfined_reach` and `confinement_line` say what
+the agent can then reach. May import `agent` (CliMissing), `store` and `specs`; `agent` never
+imports this module.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +58,29 @@ class Sandbox:
 _sandbox: list[Sandbox] = []
 
 
+# The system a user's machine shows any program: its tools and libraries and /etc, read-only.
+# Nothing else of the host is in the sandbox unless bound in by name (confine): not /home, /root,
+# /opt, /srv, /var, /mnt, the harness's checkout or its temporary folders.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+
+def _system_flags() -> list[str]:
+    flags = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):  # a merged /usr: /bin -> usr/bin
+            flags += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            flags += ["--ro-bind", path, path]
+    resolv = os.path.realpath("/etc/resolv.conf")
+    if not resolv.startswith("/etc/") and os.path.isfile(resolv):  # systemd's, under /run: names still resolve
+        flags += ["--ro-bind", resolv, resolv]
+    return flags
+
+
 def _base_flags(own_user: bool) -> list[str]:
     # A PID namespace: when the CLI ends, the sandbox's first process ends and the kernel
     # kills everything left in it, a daemon that forked twice and called setsid included.
-    flags = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
+    flags = [*_system_flags(), "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"]
     if own_user:
         flags += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     return flags
@@ -113,65 +136,107 @@ def confinement_line(box: Sandbox, wanted: bool, limits: str = "", own_pid_names
     if not box.works:
         return f"ponybench: the agent runs unconfined: {box.problem}; {reach}{end}"
     who = f"as uid {SANDBOX_UID}, not root" if box.own_user else "as this user"
-    return (f"ponybench: the agent runs confined (bubblewrap, {who}): only its workspace writable, the run "
-            f"directory and the run's key hidden, a private CLI configuration, nothing it starts outlives it{end}")
+    return (f"ponybench: the agent runs confined (bubblewrap, {who}): it sees the system, its tools, the CLI "
+            f"and its workspace, the only folder it writes; not the run, the run's key, the task library or "
+            f"the harness; a private CLI configuration, nothing it starts outlives it{end}")
 
 
-def hidden_paths(run_dir: Path, needed: list) -> list[Path]:
-    """What a confined agent must not see: the runs folder (every kept run, every cell and
-    record), or only this run's directory when something in `needed` (the CLI, its plugin, its
-    home, the project) lies in that folder; and the run keys' folder."""
+def cli_folder(claude: str) -> str:
+    """The folder the CLI needs beside its binary: its npm package (node_modules/<name> or
+    node_modules/@scope/<name>, which holds its vendored tools), else the binary's own folder."""
+    real = os.path.realpath(claude)
+    parts = real.split(os.sep)
+    if "node_modules" in parts[:-1]:
+        at = len(parts) - 1 - parts[::-1].index("node_modules")
+        package = parts[:at + 2 + (at + 1 < len(parts) - 1 and parts[at + 1].startswith("@"))]
+        return os.sep.join(package)
+    return os.path.dirname(real)
+
+
+def tool_paths(env: dict[str, str]) -> list[str]:
+    """Where the programs a user would have live, outside SYSTEM_DIRS: each folder on PATH and
+    this interpreter's prefix; one under a home as the top folder of it that holds it (~/.pyenv,
+    ~/.cargo, ~/.nvm), since a shim there runs what lies beside it."""
+    homes = {os.path.realpath(h) for h in (env.get("HOME"), str(Path.home())) if h}
+    items = [*(env.get("PATH") or "").split(os.pathsep), sys.prefix, sys.base_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))]
+    found = []
+    for item in items:
+        if not item or not os.path.isabs(item):
+            continue
+        real = os.path.realpath(item)
+        if not os.path.isdir(real) or _under(real, SYSTEM_DIRS) or real == "/":
+            continue
+        for home in homes:
+            if real != home and _under(real, [home]):
+                real = os.path.join(home, os.path.relpath(real, home).split(os.sep)[0])
+        if real not in homes:
+            found.append(real)
+    return list(dict.fromkeys(found))
+
+
+def harness_paths(run_dir: Path | None) -> list[str]:
+    """What no sandbox of the agent shows, where a folder bound in holds it: the harness's
+    package, the task library (shipped and the project's: checks and good references), the
+    runs folder, the run keys and the harness's temporary folder (check copies, reference copies)."""
+    from pytest_ponybench.specs.library import answer_key_folders
     from pytest_ponybench.store.rundir import key_dir
 
-    run_dir = Path(run_dir).resolve()
-    needed = [Path(os.path.realpath(p)) for p in needed if p]
+    paths = [Path(__file__).resolve().parents[1], *answer_key_folders(Path.cwd()), key_dir(), Path(tempfile.gettempdir())]
+    if run_dir is not None:
+        paths += [Path(run_dir).resolve().parent]
+    return [os.path.realpath(p) for p in paths]
 
-    def holds_needed(folder: Path) -> bool:
-        return any(folder == p or folder in p.parents for p in needed)
 
-    base = run_dir.parent
-    hidden = [base if base != Path("/") and not holds_needed(base) else run_dir]
-    keys = key_dir().resolve()
-    if keys.is_dir() and not holds_needed(keys):
-        hidden.append(keys)
-    return hidden
+def _under(path: str, folders) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
 
 
 def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path | None = None,
             needed: list | None = None, box: Sandbox | None = None) -> list[str]:
-    """Wrap argv in bubblewrap: the whole system read-only (/tmp included; the agent's own
-    temporary files go to a private tmpfs, its TMPDIR); the run directory (or the whole runs folder) and
-    the run keys' folder hidden under empty read-only folders; only the workspace and the
-    CLI's own configuration writable. The network stays (the API is on it, and rehearsal's
-    scripted model on 127.0.0.1). A PID namespace ends everything the agent started with it."""
+    """Wrap argv in bubblewrap around a view built from an allow-list, as a user's machine
+    would show the agent: the system read-only (SYSTEM_DIRS), the programs on PATH and this
+    interpreter (tool_paths), the CLI's own folder and `needed` (the arm's plugin) read-only,
+    a private /tmp, a private CLI configuration, and the workspace, the only host folder it
+    writes. The run directory, other cells, the run keys, the task library, the harness and its
+    temporary copies are never bound (harness_paths: covered where a bound folder holds one);
+    no folder above the workspace exists in the view, so no git repository holds it. The
+    network stays (the API is on it, and rehearsal's scripted model on 127.0.0.1). A PID
+    namespace ends everything the agent started with it."""
     box = box or sandbox()
     if not box.works:
         raise agent.CliMissing(f"--ponybench-confine: {box.problem}")
     home = Path(env.get("HOME") or Path.home())
     config_dir = Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
-    # The host's /tmp is read-only like the rest (a CLI or checkout under /tmp stays
-    # reachable); the agent's temporary files go to a tmpfs of its own, named by TMPDIR. One
-    # bind per /tmp entry instead cost about 7 ms each: 2 s a cell on a machine with 300.
+    claude = os.path.realpath(argv[0])
     scratch = private_tmp()
-    wrapped = [box.bwrap, *_base_flags(box.own_user), "--tmpfs", scratch]
+    # A /tmp of its own first: a tool or CLI installed under the host's /tmp is bound over it.
+    wrapped = [box.bwrap, *_base_flags(box.own_user), "--tmpfs", "/tmp"]
+    bound = list(SYSTEM_DIRS)
+    for path in tool_paths(env):
+        wrapped += ["--ro-bind", path, path]
+        bound.append(path)
+    for path in harness_paths(run_dir):  # a non-editable install's package data, under ~/.pyenv or /usr/lib
+        if os.path.isdir(path) and _under(path, bound):
+            wrapped += ["--tmpfs", path, "--remount-ro", path]
+    wrapped += ["--tmpfs", scratch]
     for var in ("TMPDIR", "TMP", "TEMP"):
         wrapped += ["--setenv", var, scratch]
     if home.is_dir() and home.resolve() != Path.home().resolve():
         wrapped += ["--bind", str(home), str(home)]  # a home made for the agent (a rehearsal's): all its own
-    wrapped += private_config(config_dir, [argv[0], *(needed or [])])
+    wrapped += private_config(config_dir, [claude, *(needed or [])])
+    for path in [cli_folder(claude), *(needed or [])]:
+        real = os.path.realpath(path) if path else ""
+        if real and os.path.exists(real) and not _under(real, [os.path.realpath(config_dir)]):
+            wrapped += ["--ro-bind", real, real]
     ws = str(Path(workspace).resolve())
-    # The harness's working folder (the project) counts as needed: a runs folder that holds
-    # the project (--ponybench-dir=.) is the project, and only the run directory is hidden.
-    keep = [argv[0], home, config_dir, os.getcwd(), *(needed or [])]
-    hidden = [str(p) for p in hidden_paths(run_dir, keep)] if run_dir else []
-    for path in hidden:
-        wrapped += ["--tmpfs", path]
-    wrapped += ["--bind", ws, ws]
-    for path in hidden:  # read-only after the workspace is bound in: a write beside it fails as elsewhere
-        wrapped += ["--remount-ro", path]
+    # Its run directory: an empty read-only folder holding only the workspace, wherever it lies
+    # (under /tmp too, whose tmpfs is the agent's): a write beside it fails as it would anywhere.
+    beside = os.path.dirname(ws)
+    wrapped += ["--tmpfs", beside, "--bind", ws, ws, "--remount-ro", beside, "--remount-ro", "/"]
     if box.own_user:
         wrapped += ["--unsetenv", "IS_SANDBOX"]  # not root in there: the CLI needs no leave to bypass
-    return wrapped + ["--chdir", ws, "--"] + argv
+    return wrapped + ["--chdir", ws, "--", claude, *argv[1:]]
 
 
 
@@ -249,10 +314,16 @@ def private_config(config_dir: Path, needed: list) -> list[str]:
 
 def absorbed_by_confinement(path: str, workspace: Path, env: dict[str, str]) -> bool:
     """Did confine() send a write to this path into a folder of the sandbox's own that vanished
-    with it: its TMPDIR, or its private CLI configuration (both tmpfs)? Everywhere else but the
-    workspace the sandbox is read-only, so a write that succeeded there was real."""
+    with it: its TMPDIR, its private CLI configuration or its /tmp (all tmpfs)? Everywhere else
+    but the workspace and a home made for it (bound from the host) the sandbox is read-only, so
+    a write that succeeded there was real."""
     target = os.path.realpath(path)
     home = Path(env.get("HOME") or Path.home())
     config = os.path.realpath(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
-    private = [*_private_tmp[:1], config]
-    return any(target == folder or target.startswith(folder + os.sep) for folder in private)
+    if _under(target, [*_private_tmp[:1], config]):
+        return True
+    if _under(target, [os.path.realpath(workspace)]):
+        return False
+    if home.resolve() != Path.home().resolve() and _under(target, [str(home.resolve())]):
+        return False  # the rehearsal's home, bound in whole
+    return _under(target, ["/tmp"])

@@ -120,8 +120,8 @@ def add_safety_options(group) -> None:
     group.addoption("--ponybench-max-cell-cost", type=positive_usd, default=None, metavar="USD",
                     help="per-cell spend cap passed to the CLI as --max-budget-usd [ini ponybench_max_cell_cost]")
     group.addoption("--ponybench-confine", action="store_const", const=True, default=None,
-                    help="run the agent under bubblewrap (system read-only, only its workspace writable, the run "
-                         "directory hidden) or stop where it cannot [ini ponybench_confine, default auto: "
+                    help="run the agent under bubblewrap (it sees the system, its tools, the CLI and its workspace, "
+                         "the only folder it writes; not the run, the task library or the harness) or stop where it cannot [ini ponybench_confine, default auto: "
                          "confined where bubblewrap works]")
     group.addoption("--ponybench-no-confine", action="store_const", const=False, dest="ponybench_confine",
                     help="run the agent unconfined, as this user [ini ponybench_confine = false]")

@@ -126,12 +126,14 @@ def _run(checks: dict[str, str], workspace: Path, entry: str | None, timeout: fl
 
 def _view(scratch: Path, workspace: Path, writable: list, transcript: Path | None, in_place=()) -> dict:
     """What a check call sees (sandbox.enter_view): its scratch folder, its copies writable,
-    the run directory (the kept workspace's parent: other cells, results.jsonl, the ledger)
-    and the run-key folder hidden, the transcript shown read-only."""
+    the run directory (the kept workspace's parent: other cells, results.jsonl, the ledger),
+    the run-key folder and the task library (task files with their good references, shipped
+    in the package or the project's: answer_key_folders) hidden, the transcript shown read-only."""
+    from pytest_ponybench.specs.library import answer_key_folders  # here, in the harness, as key_dir
     from pytest_ponybench.store.rundir import key_dir  # here, in the harness: the check's process never needs it
 
     return {"scratch": str(scratch), "writable": [str(w) for w in writable if w],
-            "hide": [str(Path(workspace).resolve().parent), str(key_dir())],
+            "hide": [str(Path(workspace).resolve().parent), str(key_dir()), *map(str, answer_key_folders(Path.cwd()))],
             "show": [str(transcript)] if transcript is not None else [], "in_place": [str(w) for w in in_place]}
 
 

@@ -42,6 +42,20 @@ def shipped_root() -> Path | None:
     return None
 
 
+LIBRARY_FOLDERS = ("tasks", "arms", "fixtures")
+
+
+def answer_key_folders(project: Path) -> list[Path]:
+    """The folders that hold task files (their checks and good references), arms and fixtures:
+    the shipped library (the installed package's data, or the checkout) and `project`'s own.
+    Neither sandbox shows them: not the agent's, not the one its code runs in inside a check."""
+    folders = [PACKAGE_LIBRARY]
+    checkout = Path(__file__).resolve().parents[2]  # an editable install's: the library is read there
+    for root in dict.fromkeys([checkout, Path(project)]):
+        folders += [root / name for name in LIBRARY_FOLDERS]
+    return [folder.resolve() for folder in folders if folder.is_dir()]
+
+
 @dataclass(frozen=True)
 class TaskFolder:
     """A folder of task files and the fixtures folder its tasks' `fixture:` fields name."""

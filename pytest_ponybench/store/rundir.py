@@ -435,6 +435,9 @@ def valid_cost(value) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+HISTORY_STOP = "gitdir: ponybench-run-no-repository\n"  # RunDir.stop_repository_history: a repository that is not there
+
+
 class RunDir:
     """One run directory. Create a new one with `RunDir.create`, open a kept one with
     `RunDir.open` (which refuses a folder that is not a run)."""
@@ -471,9 +474,26 @@ class RunDir:
             (candidate / ".gitignore").write_text("# a pytest-ponybench run: kept, never committed\n*\n",
                                                   encoding="utf-8")
             run = cls(candidate.resolve())
+            run.stop_repository_history()
             run.make_key()
             return run
         raise RuntimeError(f"could not create a run directory under {base}")
+
+    def stop_repository_history(self) -> None:
+        """A `.git` file in the run directory that names no repository: the CLI, looking for
+        the repository around a workspace, stops here instead of at the user's own (the
+        default runs/ lies in the project) and so puts none of its commit messages in front
+        of the model (it shows "Status: (unavailable)" and no commits). git itself passes over
+        such a file. A confined agent never sees it: no folder above its workspace is in its
+        view. Kept where it is; a link or folder at the name is left alone."""
+        try:
+            fd = os.open(self.path / ".git", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            return
+        try:
+            os.write(fd, HISTORY_STOP.encode())
+        finally:
+            os.close(fd)
 
     def make_key(self) -> None:
         """A new run id and key: the key in key_dir() (mode 0600, created exclusively), the id

@@ -13,6 +13,8 @@ host's: `{attack: "done: ..." | "refused: <error>" | "nothing to attack"}`.
   pause      write `../_ponybench.pause.json` pausing the run for a day
   key        read the run id beside the workspace and copy the run's key into `stolen.key`
   link       plant links at temporary names the harness might write through
+  read       read each file named in PONYBENCH_READ (os.pathsep-separated): task files, the
+             harness's package, its temporary copies; what it read is kept in `read.txt`
   daemon     leave a process that hops (fork, the parent exits, setsid) for `daemon_s` seconds,
              its command line carrying PONYBENCH_DAEMON_MARK, so a test can look for it
 """
@@ -79,6 +81,21 @@ def attack_link() -> str:
         os.symlink(target, link)
         planted.append(str(link))
     return "done: planted " + ",".join(planted)
+
+
+def attack_read() -> str:
+    got = []
+    for path in filter(None, os.environ.get("PONYBENCH_READ", "").split(os.pathsep)):
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        got.append(path)
+        with open(HERE / "read.txt", "a") as out:
+            out.write(f"== {path}\n{text}\n")
+    if not got:
+        raise FileNotFoundError("none of the files could be read")
+    return "done: read " + ",".join(got)
 
 
 HOPPER = """

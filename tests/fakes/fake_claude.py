@@ -2,7 +2,7 @@
 """A stand-in for the `claude` CLI, for fast tests of parsing and faults.
 
 It speaks the stream-json shape the real CLI prints (init line, assistant messages, result)
-and misbehaves on request. What it does comes from the JSON file named by PONYBENCH_FAKE:
+and misbehaves on request. What it does comes from the JSON file named by PONYBENCH_FAKE (or that JSON itself):
 
   write:    {relative path: content} to write into the working directory
   answer:   the final text
@@ -73,7 +73,9 @@ def main(argv):
     if argv[:1] == ["--version"]:
         print("2.1.328 (Claude Code)")
         return 0
-    spec = json.loads(Path(os.environ["PONYBENCH_FAKE"]).read_text()) if os.environ.get("PONYBENCH_FAKE") else {}
+    said = os.environ.get("PONYBENCH_FAKE") or ""
+    # The spec itself where no file of the host is in view (a confined cell sees no project).
+    spec = json.loads(said) if said.startswith("{") else json.loads(Path(said).read_text()) if said else {}
     spec.update(spec.get("cells", {}).get(Path.cwd().name, {}))
     if spec.get("calls"):
         with open(spec["calls"], "a") as fh:

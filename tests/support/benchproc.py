@@ -72,6 +72,20 @@ def bench_args(root: Path, *extra: str, claude: str | Path = FAKE) -> list[str]:
 REAL_CLI = REPO / "node_modules" / ".bin" / "claude"
 
 
+def installed_cli(claude_bin: str | Path, folder: Path) -> Path:
+    """The real CLI's binary installed in `folder` (a hard link where it can: the same file, no
+    370 MB copy). A confined agent sees the CLI's own folder only: a wrapper there that runs
+    the binary from elsewhere would find nothing, as on another machine."""
+    folder.mkdir(parents=True, exist_ok=True)
+    installed = folder / "claude.exe"
+    try:
+        os.link(os.path.realpath(claude_bin), installed)
+    except OSError:
+        import shutil
+        shutil.copy2(os.path.realpath(claude_bin), installed)
+    return installed
+
+
 def stand_in_unconfined(claude: str | Path) -> list[str]:
     """The stand-in CLI and the tests' wrappers report to the test through files beside the
     project (a call log, counters, sync files, a write beside the workspace), which the
