@@ -15,6 +15,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
 
 from pytest_ponybench.cell import agent
 from pytest_ponybench.rehearsal import server as rehearsal, plugin as rehearsal_plugin
