@@ -3,6 +3,10 @@
 Each option reads the same on the command line and in `[tool.pytest.ini_options]`
 (`--ponybench-timeout 120` or `ponybench_timeout = 120`); the command line wins. Bad values
 are rejected by argparse types (argtypes.py) at parse time, before anything runs.
+
+OPTIONS is the one table: `addoption` declares each row's option and ini twin from it,
+`resolved` reads each row's value from it, and tests/test_readme.py holds docs/options.md's
+table to it.
 """
 from __future__ import annotations
 
