@@ -299,3 +299,27 @@ def test_a_fixture_task_s_diff_follows_no_link_and_skips_binary_files(tmp_path):
     assert "sk-outside-secret" not in text and environ_secret() not in text
     for rel, why in planted.items():
         assert f"+[ponybench: not shown: {why}" in text and f"b/{rel}" in text, (rel, text[:3000])
+
+
+def option_config(ini: dict | None = None, **given):
+    """A config as pytest makes it from run/options.py's table: every option at its
+    command-line default unless given, every ini key at its default unless in `ini`."""
+    from types import SimpleNamespace
+
+    from pytest_ponybench.run.options import OPTIONS
+
+    option = {row.name: None if row.ini else row.default for row in OPTIONS if row.flag}
+    values = {**{row.ini: row.default for row in OPTIONS if row.ini}, **(ini or {})}
+    return SimpleNamespace(option=SimpleNamespace(**{**option, **given}), getini=values.__getitem__)
+
+
+def test_the_judges_settings_come_from_the_command_line_then_ini_then_the_default():
+    from pytest_ponybench.run.judging import JudgeSettings, settings
+
+    assert settings(option_config()) == JudgeSettings(False, judge.DEFAULT_JUDGE_MODEL, 3, ("agree", 0, None))
+    from_ini = option_config({"ponybench_judge": True, "ponybench_judge_votes": "5", "ponybench_judge_model": "opus"})
+    assert settings(from_ini) == JudgeSettings(True, "opus", 5, ("agree", 0, None))
+    given = option_config({"ponybench_judge_votes": "5"}, ponybench_judge_votes=7, ponybench_judge_model="haiku")
+    assert (settings(given).votes, settings(given).model) == (7, "haiku")
+    with pytest.raises(pytest.UsageError, match=r"^ini option ponybench_judge_votes = '4': 4: give an odd number"):
+        settings(option_config({"ponybench_judge_votes": "4"}))

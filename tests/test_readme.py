@@ -45,15 +45,43 @@ def test_the_tag_table_lists_every_task_tag_with_its_tasks():
     assert listed == shipped
 
 
-def test_every_option_is_in_the_options_table(pytestconfig):
-    table = section(page("options.md"), "# Options")
-    group = pytestconfig._parser.getgroup("ponybench")
-    flags = [name for option in group.options for name in option.names() if name.startswith("--")]
-    assert flags, "the ponybench option group is empty"
-    missing = [flag for flag in flags if f"`{flag}" not in table]
-    assert missing == []
-    ini = [name for name in pytestconfig._parser._inidict if name.startswith("ponybench_")]
-    assert [name for name in ini if name not in table] == []
+def options_table(text: str) -> tuple[set[str], set[str]]:
+    """The flags (first column) and ini names (second column) of docs/options.md's table."""
+    flags: set[str] = set()
+    ini: set[str] = set()
+    for line in section(text, "# Options").splitlines():
+        cells = re.split(r"(?<!\\)\|", line)  # `good\|bad` is one cell
+        if line.startswith("|") and "---" not in line and len(cells) > 3:
+            flags.update(re.findall(r"`(--[a-z][a-z-]*)", cells[1]))
+            ini.update(re.findall(r"`(ponybench_\w+)`", cells[2]))
+    return flags, ini
+
+
+def test_the_options_table_lists_exactly_the_option_table():
+    from pytest_ponybench.run.options import OPTIONS
+
+    assert options_table(page("options.md")) == ({row.flag for row in OPTIONS if row.flag},
+                                                 {row.ini for row in OPTIONS if row.ini})
+
+
+def test_an_option_missing_from_the_docs_or_extra_in_them_is_caught():
+    text = ("# Options\n\n| option | ini | default | meaning |\n| --- | --- | --- | --- |\n"
+            "| `--ponybench-rehearse-ref good\\|bad` | | good | `--not-a-flag` here |\n"
+            "| `--runs N` | `ponybench_runs` | 1 | runs |\n| | `ponybench_tasks`, `ponybench_arms` | | folders |\n")
+    assert options_table(text) == ({"--ponybench-rehearse-ref", "--runs"},
+                                   {"ponybench_runs", "ponybench_tasks", "ponybench_arms"})
+
+
+def test_the_plugin_declares_exactly_the_option_table_and_help_shows_each(pytestconfig):
+    from pytest_ponybench.run.options import OPTIONS
+
+    parser = pytestconfig._parser
+    declared = {name for option in parser.getgroup("ponybench").options for name in option.names()}
+    assert declared == {row.flag for row in OPTIONS if row.flag}
+    assert {name for name in parser._inidict if name.startswith("ponybench_")} == {row.ini for row in OPTIONS
+                                                                                    if row.ini}
+    shown = parser.optparser.format_help()
+    assert [row.flag for row in OPTIONS if row.flag and not re.search(rf"{row.flag}(?![\w-])", shown)] == []
 
 
 @pytest.mark.parametrize("command", [BENCHMARK, "python3 -m pytest -n 2"])

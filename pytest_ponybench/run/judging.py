@@ -21,7 +21,6 @@ judged records it keeps sealed.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -36,7 +36,7 @@ import pytest
 from pytest_ponybench.cell import agent, transcript as transcripts
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.judge import calibration, judge, judged_graders
-from pytest_ponybench.specs.argtypes import odd_votes
+from pytest_ponybench.run import options
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import (HARNESS_PREFIX, canonical, mac, read_record, write_atomic,
                                            write_record)
@@ -52,15 +52,11 @@ class JudgeSettings:
 
 
 def settings(config) -> JudgeSettings:
-    opt = config.option
-    raw_votes = config.getini("ponybench_judge_votes")
-    try:
-        votes = opt.ponybench_judge_votes or odd_votes(raw_votes)
-    except argparse.ArgumentTypeError as exc:
-        raise pytest.UsageError(f"ini option ponybench_judge_votes = {raw_votes!r}: {exc}") from None
-    return JudgeSettings(on=bool(opt.ponybench_judge or config.getini("ponybench_judge")),
-                         model=opt.ponybench_judge_model or config.getini("ponybench_judge_model") or judge.DEFAULT_JUDGE_MODEL,
-                         votes=votes, script=opt.ponybench_rehearse_judge or ("agree", 0, None))
+    value = partial(options.resolved, config)
+    return JudgeSettings(on=value("ponybench_judge"),
+                         model=value("ponybench_judge_model") or judge.DEFAULT_JUDGE_MODEL,
+                         votes=value("ponybench_judge_votes"),
+                         script=value("ponybench_rehearse_judge") or ("agree", 0, None))
 
 
 class RehearsalJudge:
