@@ -20,7 +20,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess

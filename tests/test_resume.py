@@ -7,7 +7,6 @@ running, check nothing of the run is left alive, resume, and count the invocatio
 """
 from __future__ import annotations
 
-import json
 import signal
 import xml.etree.ElementTree as ET
 

@@ -357,8 +357,12 @@ def clone_namespaces(flags: int = CLONE_NEWPID | CLONE_NEWNS) -> int:
     return pid
 
 
+def _encoded(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
+
+
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
+    enc = _encoded
     if _libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {fstype or 'bind'} on {target}: {os.strerror(err)}")
