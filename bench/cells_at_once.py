@@ -5,7 +5,7 @@ of the whole process tree and its CPU seconds for each way, and their ratio; ass
 
     PYTHONPATH=. python bench/cells_at_once.py [--cells 8 32] [--sleep 20] [--real-cli]
 
-Each cell is one run of a tiny task in a temporary project, answered by the stand-in CLI
+Each cell is one run of a tiny task (the process tests' add task, one check) in a temporary project, answered by the stand-in CLI
 (tests/fakes/fake_claude.py, mode sleep_then_ok) after `--sleep` seconds, as a model would
 keep a real cell waiting. N cells, N at once: one round, so the wall time is start-up plus
 one wait plus the harness's own work. `--real-cli` runs the pinned CLI
@@ -37,28 +37,14 @@ import time
 import uuid
 from pathlib import Path
 
+import yaml
+
 HERE = Path(__file__).resolve().parents[1]
 FAKE = HERE / "tests" / "fakes" / "fake_claude.py"
 REAL_CLI = HERE / "node_modules" / ".bin" / "claude"
+sys.path.insert(0, str(HERE / "tests"))
+from support.benchproc import ADD_TASK, GOOD_ADD  # noqa: E402  the process tests' one-check task
 MARK = "PONYBENCH_AT_ONCE_BENCH"
-TASK = """\
-description: add two numbers
-file: add.py
-prompt: Write add(a, b) in add.py.
-checks:
-  correct: |
-    add = find_function(load(FILE), "add")
-    assert add(2, 3) == 5, "add(2, 3) is not 5"
-refs:
-  axis: correct
-  good: |
-    def add(a, b):
-        return a + b
-  bad: |
-    def add(a, b):
-        return a - b
-"""
-GOOD_ADD = {"add.py": "def add(a, b):\n    return a + b\n"}
 # Plugins of this machine that only slow a child pytest down.
 QUIET = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark", "-p", "no:randomly"]
 
@@ -67,7 +53,7 @@ def project(root: Path, sleep: float) -> dict[str, str]:
     """A one-task project and the environment of a run against the sleeping stand-in."""
     (root / "tasks").mkdir(parents=True)
     (root / "arms").mkdir()
-    (root / "tasks" / "add.yaml").write_text(TASK)
+    (root / "tasks" / "add.yaml").write_text(yaml.safe_dump(ADD_TASK, sort_keys=False))
     (root / "arms" / "baseline.yaml").write_text("description: nothing added\n")
     (root / "pytest.ini").write_text("[pytest]\ntestpaths = tasks\n")
     (root / "fake.json").write_text(json.dumps({"write": GOOD_ADD, "mode": "sleep_then_ok", "sleep": sleep}))
