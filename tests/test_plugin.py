@@ -41,8 +41,10 @@ ARMS = {
 }
 TASKS = {"add": pp.ADD_TASK, "mul": pp.MUL_TASK}
 INI = {"ponybench_model_ids": f"\n    haiku = {MODEL_ID}"}
-# Differ between two runs of the same cells by design: where they are kept.
-VOLATILE = {"workspace"}
+# Differ between two runs of the same cells by design: where they are kept, and the key of
+# their verdicts (a hash of the workspace's files, the transcript among them, whose init line
+# names the workspace's folder).
+VOLATILE = {"workspace", "verdict_key"}
 
 
 def write_main_project(root: Path) -> Path:

@@ -89,18 +89,40 @@ def fixture_fingerprint(task: TaskSpec) -> list:
     return entries
 
 
+def fixture_digest(task: TaskSpec) -> str:
+    """A fixture directory's files by path and content: the same on every host, where its
+    fingerprint's modification times are not (a remote worker's unpacked copy keeps whole
+    seconds). Read again only when the fingerprint changes."""
+    if task.fixture is None:
+        return ""
+    return _fixture_digest(str(task.fixture), json.dumps(fixture_fingerprint(task)))
+
+
+@functools.lru_cache(maxsize=64)
+def _fixture_digest(fixture: str, stamp: str) -> str:
+    digest = hashlib.sha256()
+    for path, _size, _mtime in json.loads(stamp):
+        digest.update(path.encode(errors="surrogateescape") + b"\0")
+        try:
+            digest.update(Path(fixture, path).read_bytes())
+        except OSError as exc:
+            digest.update(f"unreadable {exc.errno}".encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
 def check_digest(task: TaskSpec) -> list:
     """The parts of a task spec that judging a workspace reads (lifecycle.judge): the checks
     and their limits, the files the ticket forbids with what was seeded, the good reference
     (`load_reference`) and the fixture. Not the prompt: a rescore of a task whose ticket
     changed judges the kept workspaces as they are."""
     return [task.checks, task.file, task.check_timeout, task.checks_in_process, list(task.forbidden),
-            task.seed, task.refs.good if task.refs is not None else None, fixture_fingerprint(task)]
+            task.seed, task.refs.good if task.refs is not None else None, fixture_digest(task)]
 
 
 def workspace_digest(ws: Path, skip: tuple[str, ...] = ()) -> str:
     """Every entry under `ws` but the top-level names in `skip`, links never followed: its
-    path, kind, mode and size, and a file's content or a link's target. Any change a check
+    path, kind, mode and size (a file's), and a file's content or a link's target. Any change a check
     could see changes it."""
     digest = hashlib.sha256()
 
@@ -112,7 +134,14 @@ def workspace_digest(ws: Path, skip: tuple[str, ...] = ()) -> str:
                 continue
             path, name = entry.path, f"{rel}{entry.name}"
             st = entry.stat(follow_symlinks=False)
-            digest.update(f"{name}\0{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode)}\0{st.st_size}\0".encode(errors="surrogateescape"))
+            # A folder's own size is the filesystem's bookkeeping (it differs between a folder
+            # and its copy, e.g. a remote workspace brought home), not anything a check sees.
+            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+            # The read and execute bits decide what a check can do with a file; group and other
+            # write and the set-id and sticky bits do not, and an extraction clears them
+            # (tarfile's data filter, bringing a remote workspace home).
+            mode = stat.S_IMODE(st.st_mode) & ~0o7022
+            digest.update(f"{name}\0{stat.S_IFMT(st.st_mode)}\0{mode}\0{size}\0".encode(errors="surrogateescape"))
             if stat.S_ISLNK(st.st_mode):
                 digest.update(os.readlink(path).encode(errors="surrogateescape"))
             elif stat.S_ISREG(st.st_mode):
