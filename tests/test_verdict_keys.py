@@ -140,3 +140,36 @@ def test_a_verdict_of_a_check_that_timed_out_is_not_kept(tmp_path, judging):
     assert first["correct"] == 0 and "timed out" in first["correct_reason"]
     cell.score_cell(c, ws, KEY)
     assert len(judging) == 2, "a verdict the check's time limit decided was reused"
+
+
+def test_a_copy_on_another_host_has_the_same_key(tmp_path):
+    """A remote worker's workspace brought home, and the fixture it was judged against unpacked
+    there, are copies: folders of another size, the write bits an extraction clears, whole
+    seconds for modification times. The key is the same, so a rescore reuses the verdicts;
+    a change of a file's content or of its execute bit still changes it."""
+    import os
+    import shutil
+
+    fixture = tmp_path / "fixture"
+    (fixture / "app").mkdir(parents=True)
+    (fixture / "app" / "core.py").write_text("X = 1\n")
+    task = {**TASK, "fixture": "fixture"}
+    c, ws = make_cell(tmp_path, task)
+    before = cell.verdict_key(c.task, ws)
+
+    for _ in range(50):  # a folder that held many entries keeps its larger size
+        (ws / "gone").mkdir(exist_ok=True)
+    for n in range(200):
+        (ws / "gone" / f"{n:040d}").write_text("")
+    shutil.rmtree(ws / "gone")
+    (ws / "mod.py").chmod(0o666)
+    for path in fixture.rglob("*"):
+        os.utime(path, ns=(0, 1_000_000_000))
+    moved = retask(c, tmp_path, task)
+    assert cell.verdict_key(moved.task, ws) == before
+
+    (ws / "mod.py").chmod(0o755)
+    assert cell.verdict_key(moved.task, ws) != before
+    (ws / "mod.py").chmod(0o644)
+    (fixture / "app" / "core.py").write_text("X = 2\n")
+    assert cell.verdict_key(retask(c, tmp_path, task).task, ws) != before
