@@ -183,3 +183,36 @@ def test_a_non_editable_install_s_task_library_is_not_in_the_agents_view(tmp_pat
         assert "THE-ANSWER-KEY" not in done.stdout and "No such file" in done.stderr
     finally:
         shutil.rmtree(venv, ignore_errors=True)
+
+
+def test_an_installed_package_and_its_library_inside_it_are_covered_once(tmp_path, monkeypatch):
+    """From a wheel, the task library is a folder inside the harness's package: covering the
+    package covers it, and covering it again would ask bubblewrap for a mount point inside the
+    read-only cover (the sandbox did not start: "Can't mkdir .../library: Read-only file
+    system", a fresh clone's test_distribution). A shipped arm's plugin lies in that library:
+    it is bound into the cover, and only it."""
+    if not confinement.sandbox().works:
+        pytest.skip(confinement.sandbox().problem)
+    venv = Path(tempfile.mkdtemp(prefix="ponybench-venv-", dir="/var/tmp"))
+    try:
+        package = venv / "lib" / "site-packages" / "pytest_ponybench"
+        (package / "library" / "tasks").mkdir(parents=True)
+        (package / "library" / "tasks" / "add.yaml").write_text("good: THE-ANSWER-KEY\n")
+        (package / "plugin.py").write_text("HARNESS-SOURCE\n")
+        plugin = package / "library" / "arms" / "plugins" / "small"  # a shipped arm's plugin
+        plugin.mkdir(parents=True)
+        (plugin / "plugin.json").write_text("THE-ARM-S-PLUGIN\n")
+        (venv / "lib" / "site-packages" / "other.txt").write_text("another package\n")
+        monkeypatch.setattr(confinement, "harness_paths", lambda run_dir: [str(package), str(package / "library")])
+        ws = tmp_path / "runs" / "run" / "cell"
+        ws.mkdir(parents=True)
+        env = {**os.environ, "PATH": f"{venv}{os.pathsep}{os.environ['PATH']}"}
+        argv = confinement.confine(["/bin/sh", "-c", f"cat {venv}/lib/site-packages/other.txt; cat {package}/plugin.py; "
+                                    f"cat {package}/library/tasks/add.yaml; cat {plugin}/plugin.json"],
+                                   ws, env, run_dir=ws.parent, needed=[plugin])
+        done = subprocess.run(argv, cwd=ws, capture_output=True, text=True, timeout=60)
+        assert "another package" in done.stdout, done.stderr  # the sandbox started, the tool folder in view
+        assert "THE-ARM-S-PLUGIN" in done.stdout, done.stderr  # its arm's plugin, inside the cover
+        assert "HARNESS-SOURCE" not in done.stdout and "THE-ANSWER-KEY" not in done.stdout, done.stdout
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)

@@ -216,9 +216,13 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
     for path in tool_paths(env):
         wrapped += ["--ro-bind", path, path]
         bound.append(path)
-    for path in harness_paths(run_dir):  # a non-editable install's package data, under ~/.pyenv or /usr/lib
-        if os.path.isdir(path) and _under(path, bound):
-            wrapped += ["--tmpfs", path, "--remount-ro", path]
+    covered: list[str] = []
+    for path in sorted(harness_paths(run_dir)):  # a non-editable install's package data, under ~/.pyenv or /usr/lib
+        # One inside another already covered (an installed package's library/) is gone with it:
+        # bubblewrap could not make its mount point in the read-only cover.
+        if os.path.isdir(path) and _under(path, bound) and not _under(path, covered):
+            wrapped += ["--tmpfs", path]  # made read-only below, once what is bound inside it is
+            covered.append(path)
     wrapped += ["--tmpfs", scratch]
     for var in ("TMPDIR", "TMP", "TEMP"):
         wrapped += ["--setenv", var, scratch]
@@ -229,6 +233,10 @@ def confine(argv: list[str], workspace: Path, env: dict[str, str], run_dir: Path
         real = os.path.realpath(path) if path else ""
         if real and os.path.exists(real) and not _under(real, [os.path.realpath(config_dir)]):
             wrapped += ["--ro-bind", real, real]
+    # A shipped arm's plugin lies in the installed package's library/: bound into its cover above,
+    # which bubblewrap can make the mount point in only while the cover is still writable.
+    for path in covered:
+        wrapped += ["--remount-ro", path]
     ws = str(Path(workspace).resolve())
     # Its run directory: an empty read-only folder holding only the workspace, wherever it lies
     # (under /tmp too, whose tmpfs is the agent's): a write beside it fails as it would anywhere.
