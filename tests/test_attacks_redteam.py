@@ -898,15 +898,22 @@ SESSION_TIMEOUT = 240.0  # a whole session's time limit (the machine these run o
 def hostile_cli(tmp_path: Path, before: dict[str, str] | None = None, after: dict[str, str] | None = None) -> Path:
     """A stand-in CLI: in the cell whose workspace is named in `before`, that Python runs first
     (what the agent does with its tools during the session), then tests/fakes/fake_claude.py
-    plays the session as configured by fake_env, then `after` runs."""
-    script = tmp_path / "hostile-claude"
+    plays the session as configured by fake_env, then `after` runs. The script and a copy of
+    the stand-in get a folder of their own: a confined CLI sees its own folder (read-only, over
+    whatever else lies in it), not the project's tests/."""
+    import shutil
+
+    folder = tmp_path / "hostile-cli"
+    folder.mkdir(exist_ok=True)
+    shutil.copy(FAKE, folder / FAKE.name)
+    script = folder / "hostile-claude"
     script.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
         import sys
         from pathlib import Path
         BEFORE = {before or {}!r}
         AFTER = {after or {}!r}
-        sys.path.insert(0, {str(FAKE.parent)!r})
+        sys.path.insert(0, {str(folder)!r})
         import fake_claude
         name = Path.cwd().name
         if sys.argv[1:2] != ["--version"] and name in BEFORE:
@@ -1089,7 +1096,7 @@ def test_a_cell_cannot_kill_the_agent_of_a_cell_running_beside_it(tmp_path):
                      "running at once are processes of the same user, and one CLI kills its neighbour's")
     root = write_project(tmp_path, {"add": ADD_TASK})
     env = fake_env(root, write=GOOD_ADD, cells={CELL(0): {"mode": "sleep_then_ok", "sleep": 30}})
-    hunt = sibling_cli_hunt(tmp_path / "hostile-claude", "import signal\n", "os.kill(_pid, signal.SIGKILL)")
+    hunt = sibling_cli_hunt(tmp_path / "hostile-cli" / "hostile-claude", "import signal\n", "os.kill(_pid, signal.SIGKILL)")
     done = session(root, hostile_cli(tmp_path, before={CELL(1): hunt}), "--runs=2", "--ponybench-at-once=2", env=env)
     assert "unconfined (--ponybench-no-confine)" in done.stdout and confinement.UNCONFINED_REACH_OWN_PIDS in done.stdout, \
         done.stdout[:3000]  # the header says what the agent can reach here
@@ -1122,7 +1129,7 @@ def test_a_cell_cannot_crash_the_agent_of_a_cell_running_beside_it_through_proc_
                     except (OSError, OverflowError):  # [vsyscall] and the like
                         pass
         """)
-    hunt = sibling_cli_hunt(tmp_path / "hostile-claude", overwrite, "_overwrite_code(_pid)")
+    hunt = sibling_cli_hunt(tmp_path / "hostile-cli" / "hostile-claude", overwrite, "_overwrite_code(_pid)")
     done = session(root, hostile_cli(tmp_path, before={CELL(1): hunt}), "--runs=2", "--ponybench-at-once=2", env=env)
     records = by_cell(results(only_run_dir(root)))
     assert CELL(0) in records, done.stdout[-3000:]
@@ -1239,10 +1246,11 @@ def test_a_confined_agent_cannot_plant_a_skill_in_the_cli_config_for_later_cells
         if (Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "skills" / "redteam20").exists():
             Path("saw-the-planted-skill.txt").write_text("a skill of cell 0 reached cell 1")
         """)
-    env = {**fake_env(root, write=GOOD_ADD), "HOME": str(home)}
-    (root / "fake.json").write_text(json.dumps({"write": GOOD_ADD}))  # no call log: it would lie outside
-    done = session(root, hostile_cli(var_tmp_project, before={CELL(0): plant, CELL(1): look}), "--runs=2",
-                   "--ponybench-confine", env=env)
+    cli = hostile_cli(var_tmp_project, before={CELL(0): plant, CELL(1): look})
+    spec = cli.parent / "fake.json"  # beside the CLI, in its view; no call log: it would lie outside
+    spec.write_text(json.dumps({"write": GOOD_ADD}))
+    env = {**fake_env(root, write=GOOD_ADD), "HOME": str(home), "PONYBENCH_FAKE": str(spec)}
+    done = session(root, cli, "--runs=2", "--ponybench-confine", env=env)
     run_dir = only_run_dir(root)
     assert (run_dir / CELL(1)).is_dir(), done.stdout[-3000:]
     records = by_cell(results(run_dir))

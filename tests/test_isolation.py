@@ -20,6 +20,7 @@ import pytest
 
 from pytest_ponybench.cell import agent
 from pytest_ponybench.rehearsal import server as rehearsal, plugin as rehearsal_plugin
+from pytest_ponybench.store.rundir import HISTORY_STOP
 
 MODEL_ID = "claude-haiku-4-5-20251001"
 # Sources that must never reach the model: marker -> path relative to the layout's root.
@@ -43,8 +44,10 @@ def slug(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9]", "-", str(path.resolve()))
 
 
-def layout(root: Path) -> Path:
-    """A user's home holding a project repository with runs inside it; returns a cell's workspace."""
+def layout(root: Path, stop_file: bool = False) -> Path:
+    """A user's home holding a project repository with runs inside it; returns a cell's workspace.
+    `stop_file`: the run directory holds the `.git` file a run made today writes
+    (RunDir.stop_repository_history)."""
     for marker, rel in {**OFF, **STILL_READ}.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,11 +64,13 @@ def layout(root: Path) -> Path:
     (memory / "habit.md").write_text("---\nname: habit\ndescription: MARKER-AUTO-MEMORY-FILE\ntype: user\n---\nbody\n")
     workspace = project / "runs" / "20260101-000000" / "t__baseline__haiku__0"
     workspace.mkdir(parents=True)
+    if stop_file:
+        (workspace.parent / ".git").write_text(HISTORY_STOP)
     return workspace
 
 
-def markers_reaching_the_model(claude: str, root: Path, isolated: bool) -> set[str]:
-    workspace = layout(root)
+def markers_reaching_the_model(claude: str, root: Path, isolated: bool, stop_file: bool = False) -> set[str]:
+    workspace = layout(root, stop_file)
     with rehearsal.ScriptedModel() as model:
         url = model.register("cell", rehearsal.CellScript(answer="Done."))
         env = agent.agent_env({"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": rehearsal_plugin.REHEARSAL_KEY,
@@ -106,6 +111,17 @@ def test_with_a_cell_s_environment_no_claude_md_nor_memory_reaches_the_model(tmp
     run_dir = tmp_path / "home" / "project" / "runs" / "20260101-000000"
     environ = {"HOME": str(tmp_path / "home")}
     assert agent.setup_above(run_dir, environ) == [tmp_path / "home" / "project" / ".claude" / "skills"]
+
+
+def test_a_run_directory_s_history_stop_also_keeps_the_project_s_skills_from_the_model(tmp_path, claude_bin):
+    """The `.git` file every new run directory holds is where the CLI stops looking for the
+    project around a workspace: the project's skills above it no longer reach the model
+    (measured with the pinned CLI), and setup_above, which stops at a `.git`, finds nothing
+    to warn about."""
+    found = markers_reaching_the_model(claude_bin, tmp_path, isolated=True, stop_file=True)
+    assert found == set(), f"reached the model through the run directory's stop file: {sorted(found)}"
+    run_dir = tmp_path / "home" / "project" / "runs" / "20260101-000000"
+    assert agent.setup_above(run_dir, {"HOME": str(tmp_path / "home")}) == []
 
 
 def test_the_walk_for_setup_above_stops_at_the_git_root(tmp_path):

@@ -124,14 +124,23 @@ def test_setup_above_the_run_directory_is_warned_about_only_where_it_still_reach
     root = write_project(tmp_path / "p", {"add": ADD_TASK})
     # CLAUDE.md is off in every cell (CLAUDE_CODE_DISABLE_CLAUDE_MDS): no warning for it.
     (root / "CLAUDE.md").write_text("Always write Rust.\n")
-    # A project skill above the run directory still reaches the model (tests/test_isolation.py).
+    # A project skill above a run directory reaches the model only where the run directory has
+    # no history stop (tests/test_isolation.py): a run made today has one, so no warning.
     (root / ".claude" / "skills" / "rusty").mkdir(parents=True)
     (root / ".claude" / "skills" / "rusty" / "SKILL.md").write_text("---\nname: rusty\n---\nWrite Rust.\n")
     done = run(root, bench_args(root, "--runs=1"), fake_env(root, write=GOOD_ADD))
     assert done.returncode == 0, done.stdout[-3000:]
+    assert "ponybench: 1/1 cells" in done.stdout
+    assert "is above the run directory" not in done.stdout
+    assert "CLAUDE.md" not in done.stdout
+    # A run directory made before the stop existed, resumed: the skill reaches the model again,
+    # and the run says so before the first cell.
+    run_dir = next((root / "runs").iterdir())
+    (run_dir / ".git").unlink()
+    (run_dir / "add__baseline__haiku__0" / "_ponybench.result.json").unlink(missing_ok=True)
+    again = run(root, [*bench_args(root), f"--ponybench-resume={run_dir}"], fake_env(root, write=GOOD_ADD))
     warning = (f"ponybench: warning: {root / '.claude' / 'skills'} is above the run directory, so the CLI puts "
                f"what it holds in front of the model in every cell of every arm; keep runs elsewhere "
                f"(--ponybench-dir=/tmp/ponybench-runs)")
-    assert warning in done.stdout
-    assert done.stdout.index(warning) < done.stdout.index("ponybench: 1/1 cells")
-    assert "CLAUDE.md" not in done.stdout
+    assert warning in again.stdout, again.stdout[-3000:]
+    assert "CLAUDE.md" not in again.stdout
