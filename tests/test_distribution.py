@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NEVER_COPIED = ("node_modules", "runs", ".git", "__pycache__", "*.egg-info", "build", "dist", ".pytest_cache",
-                ".venv", "venv", ".benchmarks")
 FEW = "csv_total or notes_health or open_md_toc"
 
 
@@ -45,7 +43,14 @@ def installed(tmp_path_factory) -> Path:
     """The python of a fresh venv holding the wheel built from a copy of the repository."""
     base = tmp_path_factory.mktemp("dist")
     source = base / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NEVER_COPIED), symlinks=True)
+    # The files git tracks, as a release is built from: not whatever another test has in the
+    # checkout for a moment (test_attacks_sandbox plants a folder there and removes it, and a
+    # copy of the whole tree under -n 2 met it half gone).
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name, follow_symlinks=False)
     check([sys.executable, "-m", "build", "--wheel", "--outdir", str(base / "dist"), str(source)], base)
     (wheel,) = (base / "dist").glob("pytest_ponybench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
