@@ -159,60 +159,60 @@ def test_ini_turns_confinement_off_and_a_bad_value_is_named(tmp_path):
     assert "ini option ponybench_confine = 'maybe': 'maybe' is not auto, true or false" in done.stderr
 
 
-def test_a_non_editable_install_s_task_library_is_not_in_the_agents_view(tmp_path, monkeypatch):
-    """An installed wheel carries the task library as package data in site-packages, under a
-    folder the sandbox binds (the interpreter's, on PATH): that folder is there, the library not."""
+@pytest.fixture
+def installed_package():
+    """A venv-like folder outside /tmp holding an installed package with its task library as
+    package data, beside another package; its folder goes on the sandbox's PATH."""
     if not confinement.sandbox().works:
         pytest.skip(confinement.sandbox().problem)
-    from pytest_ponybench.specs import library
-
     venv = Path(tempfile.mkdtemp(prefix="ponybench-venv-", dir="/var/tmp"))
     try:
         package = venv / "lib" / "site-packages" / "pytest_ponybench"
         (package / "library" / "tasks").mkdir(parents=True)
         (package / "library" / "tasks" / "add.yaml").write_text("good: THE-ANSWER-KEY\n")
         (venv / "lib" / "site-packages" / "other.txt").write_text("another package\n")
-        monkeypatch.setattr(library, "PACKAGE_LIBRARY", package / "library")
-        ws = tmp_path / "runs" / "run" / "cell"
-        ws.mkdir(parents=True)
-        env = {**os.environ, "PATH": f"{venv}{os.pathsep}{os.environ['PATH']}"}
-        argv = confinement.confine(["/bin/sh", "-c", f"cat {venv}/lib/site-packages/other.txt; "
-                                    f"cat {package}/library/tasks/add.yaml"], ws, env, run_dir=ws.parent)
-        done = subprocess.run(argv, cwd=ws, capture_output=True, text=True, timeout=60)
-        assert "another package" in done.stdout, done.stderr  # the tool folder is in view
-        assert "THE-ANSWER-KEY" not in done.stdout and "No such file" in done.stderr
+        yield venv, package
     finally:
         shutil.rmtree(venv, ignore_errors=True)
 
 
-def test_an_installed_package_and_its_library_inside_it_are_covered_once(tmp_path, monkeypatch):
+def cat_confined(venv: Path, ws: Path, paths: list, needed: list | None = None) -> subprocess.CompletedProcess:
+    """`cat` each path inside the agent's sandbox of workspace `ws`, with `venv` on PATH."""
+    ws.mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{venv}{os.pathsep}{os.environ['PATH']}"}
+    argv = confinement.confine(["/bin/sh", "-c", "; ".join(f"cat {p}" for p in paths)], ws, env,
+                               run_dir=ws.parent, needed=needed)
+    return subprocess.run(argv, cwd=ws, capture_output=True, text=True, timeout=60)
+
+
+def test_a_non_editable_install_s_task_library_is_not_in_the_agents_view(tmp_path, monkeypatch, installed_package):
+    """An installed wheel carries the task library as package data in site-packages, under a
+    folder the sandbox binds (the interpreter's, on PATH): that folder is there, the library not."""
+    from pytest_ponybench.specs import library
+
+    venv, package = installed_package
+    monkeypatch.setattr(library, "PACKAGE_LIBRARY", package / "library")
+    done = cat_confined(venv, tmp_path / "runs" / "run" / "cell",
+                        [venv / "lib" / "site-packages" / "other.txt", package / "library" / "tasks" / "add.yaml"])
+    assert "another package" in done.stdout, done.stderr  # the tool folder is in view
+    assert "THE-ANSWER-KEY" not in done.stdout and "No such file" in done.stderr
+
+
+def test_an_installed_package_and_its_library_inside_it_are_covered_once(tmp_path, monkeypatch, installed_package):
     """From a wheel, the task library is a folder inside the harness's package: covering the
     package covers it, and covering it again would ask bubblewrap for a mount point inside the
     read-only cover (the sandbox did not start: "Can't mkdir .../library: Read-only file
     system", a fresh clone's test_distribution). A shipped arm's plugin lies in that library:
     it is bound into the cover, and only it."""
-    if not confinement.sandbox().works:
-        pytest.skip(confinement.sandbox().problem)
-    venv = Path(tempfile.mkdtemp(prefix="ponybench-venv-", dir="/var/tmp"))
-    try:
-        package = venv / "lib" / "site-packages" / "pytest_ponybench"
-        (package / "library" / "tasks").mkdir(parents=True)
-        (package / "library" / "tasks" / "add.yaml").write_text("good: THE-ANSWER-KEY\n")
-        (package / "plugin.py").write_text("HARNESS-SOURCE\n")
-        plugin = package / "library" / "arms" / "plugins" / "small"  # a shipped arm's plugin
-        plugin.mkdir(parents=True)
-        (plugin / "plugin.json").write_text("THE-ARM-S-PLUGIN\n")
-        (venv / "lib" / "site-packages" / "other.txt").write_text("another package\n")
-        monkeypatch.setattr(confinement, "harness_paths", lambda run_dir: [str(package), str(package / "library")])
-        ws = tmp_path / "runs" / "run" / "cell"
-        ws.mkdir(parents=True)
-        env = {**os.environ, "PATH": f"{venv}{os.pathsep}{os.environ['PATH']}"}
-        argv = confinement.confine(["/bin/sh", "-c", f"cat {venv}/lib/site-packages/other.txt; cat {package}/plugin.py; "
-                                    f"cat {package}/library/tasks/add.yaml; cat {plugin}/plugin.json"],
-                                   ws, env, run_dir=ws.parent, needed=[plugin])
-        done = subprocess.run(argv, cwd=ws, capture_output=True, text=True, timeout=60)
-        assert "another package" in done.stdout, done.stderr  # the sandbox started, the tool folder in view
-        assert "THE-ARM-S-PLUGIN" in done.stdout, done.stderr  # its arm's plugin, inside the cover
-        assert "HARNESS-SOURCE" not in done.stdout and "THE-ANSWER-KEY" not in done.stdout, done.stdout
-    finally:
-        shutil.rmtree(venv, ignore_errors=True)
+    venv, package = installed_package
+    (package / "plugin.py").write_text("HARNESS-SOURCE\n")
+    plugin = package / "library" / "arms" / "plugins" / "small"  # a shipped arm's plugin
+    plugin.mkdir(parents=True)
+    (plugin / "plugin.json").write_text("THE-ARM-S-PLUGIN\n")
+    monkeypatch.setattr(confinement, "harness_paths", lambda run_dir: [str(package), str(package / "library")])
+    done = cat_confined(venv, tmp_path / "runs" / "run" / "cell",
+                        [venv / "lib" / "site-packages" / "other.txt", package / "plugin.py",
+                         package / "library" / "tasks" / "add.yaml", plugin / "plugin.json"], needed=[plugin])
+    assert "another package" in done.stdout, done.stderr  # the sandbox started, the tool folder in view
+    assert "THE-ARM-S-PLUGIN" in done.stdout, done.stderr  # its arm's plugin, inside the cover
+    assert "HARNESS-SOURCE" not in done.stdout and "THE-ANSWER-KEY" not in done.stdout, done.stdout
