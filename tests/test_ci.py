@@ -73,3 +73,19 @@ def test_a_run_appends_its_summary_md_to_the_github_step_summary(tmp_path):
     assert written.strip() and step.read_text() == written.rstrip("\n") + "\n\n"
     without = run(root, bench_args(root, "--runs=1"), {**fake_env(root, write=GOOD_ADD), "GITHUB_STEP_SUMMARY": ""})
     assert without.returncode == 0 and step.read_text() == written.rstrip("\n") + "\n\n"
+
+
+def test_no_marker_of_the_projects_own_tests_is_a_task_tag():
+    """A task's tags are markers of its cells, so `-m "not X"` in this repository's addopts
+    deselects every cell of a task tagged X from README's benchmark command, silently (the
+    first name of the library-gate marker was `quality`, the tag of reuse_slug and
+    trace_discount: their 8 cells vanished from the whole-library rehearsal)."""
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    markers = {line.split(":", 1)[0].strip() for line in ini.get("markers", [])}
+    tags = {tag for path in (REPO / "tasks").glob("*.yaml")
+            for tag in (yaml.safe_load(path.read_text()).get("tags") or [])}
+    assert markers and tags
+    assert markers & tags == set(), f"markers of the project's tests that are task tags: {sorted(markers & tags)}"

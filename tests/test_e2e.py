@@ -247,7 +247,7 @@ def test_a_stalled_model_times_out_and_leaves_no_process(project):
     assert _processes_under(project.path / "runs") == []
 
 
-@pytest.mark.quality
+@pytest.mark.library_gate
 def test_every_shipped_task_and_arm_rehearses(pytester, claude_bin):
     """The repository's own benchmark, as README runs it: every task x arm through the real
     CLI, each arm proven, each good reference (the scripted model's files) scored correct and

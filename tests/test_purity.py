@@ -47,7 +47,7 @@ def figures(run_dir: Path) -> dict[str, dict]:
 # A gate of the shipped library (every task's checks leave the workspace they score as it
 # was), so CI's quality step runs it: the harness's part, that each check runs in a
 # disposable copy, is the unit test below, in every run of README's test command.
-@pytest.mark.quality
+@pytest.mark.library_gate
 def test_rescoring_a_rehearsal_twice_changes_no_figure_and_no_file(tmp_path, claude_bin):
     root = tmp_path / "bench"
     root.mkdir()

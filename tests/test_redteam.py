@@ -41,7 +41,7 @@ def test_the_misses_name_red_team_implementations_with_a_reason():
         assert isinstance(why, str) and len(why.split()) >= 5, f"tests/redteam/misses.yaml: {key} needs a reason"
 
 
-@pytest.mark.quality
+@pytest.mark.library_gate
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"{v.task}/{v.name}")
 def test_red_team_implementation_is_judged_as_a_reviewer_would(variant):
     judgement = strength.judge(load_task(TASKS_DIR / f"{variant.task}.yaml", REPO / "fixtures"), variant)

@@ -103,7 +103,7 @@ CAUGHT = [v for v in VARIANTS if v.kind == "caught"]
 ACCEPTED = [v for v in VARIANTS if v.kind == "accepted"]
 
 
-@pytest.mark.quality
+@pytest.mark.library_gate
 @pytest.mark.parametrize("variant", CAUGHT, ids=lambda v: f"{v.task}/{v.name}")
 def test_caught_variant_fails_its_axis_only(variant):
     judgement = strength.judge(load(variant.task), variant)
@@ -115,7 +115,7 @@ def test_caught_variant_fails_its_axis_only(variant):
         f"does not say so, so it proves little about the {variant.axis} check")
 
 
-@pytest.mark.quality
+@pytest.mark.library_gate
 @pytest.mark.parametrize("variant", ACCEPTED, ids=lambda v: f"{v.task}/{v.name}")
 def test_accepted_variant_passes_every_check(variant):
     failed = {axis: v.reason for axis, v in strength.judge(load(variant.task), variant).verdicts.items() if not v.ok}
