@@ -70,6 +70,7 @@ class Gathering:
         # end of the session writes it again from what it knows (`finish`).
         self.repaired = False
         self.remembered: dict[str, dict] = {}  # records of cells that never ran (few), by cell
+        self.primary: list | None = None  # the answer per arm (primary.PrimaryAnswer), once finished
         if mode != "rescore":  # room beyond the ends of the ledger and the results, before any cell
             make_room(run_dir.spend_path, LEDGER_ROOM)
             make_room(self.results_path, RESULTS_ROOM)
@@ -188,10 +189,16 @@ class Gathering:
         judged = judge_report.summary(every, reference, self.run_dir)
         if judged is not None:
             data["judged"] = judged
-        write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
-        from pytest_ponybench.reports import report  # numpy: only when a report is written, never when pytest loads the plugin
+        # numpy: only when a report is written, never when pytest loads the plugin
+        from pytest_ponybench.reports import primary, report, stats
 
-        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots)
+        arm_stats = stats.arm_stats(every, reference)
+        # The answer per arm, pooled over tasks: first in summary.json as in every output.
+        self.primary = primary.answers(every, reference, arm_stats)
+        data = {"primary": primary.to_json(self.primary), **data}
+        write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
+        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots,
+                                                                  arm_stats=arm_stats, answers=self.primary)
 
 
 def finished_on_disk(ws: Path, run_dir: RunDir) -> bool:
@@ -569,12 +576,27 @@ class Controller:
             try:
                 self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
                                                      reference=s.settings.reference, plots=s.settings.plots)
+                self.primary_to_junit(session.config)
             except OSError as exc:
                 if not disk_full(exc):
                     raise
                 # The summaries cannot be written: the terminal summary still says everything.
                 self.gathering.disk_problem = (f"{disk_full_sentence(s.run_dir.path, exc)}; the summaries were not "
                                                f"written (a --ponybench-rescore of the run writes them)")
+
+    def primary_to_junit(self, config) -> None:
+        """The answer per arm as run-level properties of --junitxml (its <testsuite>'s): the
+        per-cell ones travel as user_properties, a run's answer has no cell. Before junitxml's
+        own pytest_sessionfinish writes the file (this hook runs first: see the hookimpl)."""
+        from _pytest.junitxml import xml_key
+
+        xml = config.stash.get(xml_key, None)
+        if xml is None or not self.gathering.primary:
+            return
+        from pytest_ponybench.reports import primary
+
+        for name, value in primary.junit_properties(self.gathering.primary):
+            xml.add_global_property(name, value)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if self.gathering is None:
@@ -586,7 +608,7 @@ class Controller:
             tr.write_line(f"ponybench: warning: {line}", yellow=True)
         if self.gathering.disk_problem:
             tr.write_line(f"ponybench: {self.gathering.disk_problem}", red=True, bold=True)
-        for line in summary.table_lines(every, state.settings.reference):
+        for line in summary.terminal_lines(every, state.settings.reference, self.gathering.primary):
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"
         at_once = f", {state.settings.at_once} at once per process" if state.settings.at_once > 1 else ""
