@@ -24,7 +24,7 @@ from pytest_ponybench.cell import agent, confine as confinement, lifecycle as ce
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.processes import sandbox
 from pytest_ponybench.reports import summary, tables
-from pytest_ponybench.run import fleet, progress
+from pytest_ponybench.run import fleet, pool, progress
 from pytest_ponybench.specs import library
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import (KEY_INPUT, LEDGER_ROOM, RESULTS_ROOM, NotARunDir, RunDir,
@@ -568,7 +568,9 @@ class Controller:
             self.write_plain("interrupted; finish this run (finished cells are kept, never paid twice) with: "
                              + progress.resume_command(config.invocation_params.args, self.state.run_dir.path))
 
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the answer is a property of it
     def pytest_sessionfinish(self, session, exitstatus):
+        pool.stop()  # hooks.pytest_sessionfinish's first step, which now runs after this one
         if self.progress is not None:
             self.progress.close()
         if self.gathering is not None:
@@ -587,7 +589,7 @@ class Controller:
     def primary_to_junit(self, config) -> None:
         """The answer per arm as run-level properties of --junitxml (its <testsuite>'s): the
         per-cell ones travel as user_properties, a run's answer has no cell. Before junitxml's
-        own pytest_sessionfinish writes the file (this hook runs first: see the hookimpl)."""
+        own pytest_sessionfinish writes the file (the hookimpl above runs first)."""
         from _pytest.junitxml import xml_key
 
         xml = config.stash.get(xml_key, None)
