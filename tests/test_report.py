@@ -198,6 +198,13 @@ window.addEventListener("load", function () {
     if (!img.complete || img.naturalWidth === 0) { broken += 1; }
   });
   document.documentElement.setAttribute("data-broken-images", String(broken));
+  // Where the answer per arm ends, against the window (1400 x 900): read without scrolling?
+  var primary = document.getElementById("primary");
+  if (primary) {
+    var box = primary.getBoundingClientRect();
+    document.documentElement.setAttribute("data-primary-box", [Math.ceil(box.right), Math.ceil(box.bottom),
+      window.innerWidth, window.innerHeight, primary.scrollWidth - primary.clientWidth].join(" "));
+  }
   document.documentElement.setAttribute("data-report-ready", "yes");
 });
 </script>"""
@@ -213,6 +220,7 @@ def dump_dom(chromium, page, tmp_path):
         [chromium, "--headless", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--no-first-run",
          f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=5000",
+         "--window-size=1400,900",
          "--dump-dom", page.as_uri()],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -255,6 +263,11 @@ def test_report_html_in_chromium(tmp_path, chromium):
     assert '<a href="t1__terse__haiku__0/_ponybench.transcript.jsonl">transcript</a>' in dom
     assert not re.search(r'(src|href)="(https?:)?//', dom)
     assert "+100 pp [+31, +100]" in dom
+    # The answer per arm is on the first screen of a 1400 x 900 window, nothing of it cut off.
+    right, bottom, width, height, overflow = map(int, re.search(r'data-primary-box="([^"]*)"', root).group(1).split())
+    assert width == 1400  # the height is what the headless window leaves (757 of 900)
+    assert right <= width and bottom <= height and overflow <= 0, root
+    assert "arm `terse` · haiku against" in dom.split('id="primary"')[1].split("</ul>")[0].replace("<code>", "`").replace("</code>", "`")
 
 
 def test_error_marker_catches_a_js_error(tmp_path, chromium):

@@ -120,8 +120,12 @@ def per_task_findings(comparisons: Sequence[stats.ArmComparison]) -> list[str]:
 
 
 def answer(model: str, arm: str, reference: str, pairs: dict[str, tuple[list[dict], list[dict]]],
-           records: Sequence[dict], *, min_runs: int, min_tasks: int, n_boot: int, seed: int,
+           records: Sequence[dict], largest: dict[tuple[str, str], float | None],
+           pooled: stats.PooledStats | None, *, min_runs: int, min_tasks: int, n_boot: int, seed: int,
            confidence: float) -> PrimaryAnswer:
+    """``largest``: each (task, model)'s largest delivered LOC over every arm (size, all cells).
+    ``pooled``: the report's pooled figures for this arm and model (stats.compare_pooled: the
+    same tasks and seeds), reused where they cover an axis rather than bootstrapped twice."""
     measured = {t: (sum(map(records_.is_measured, a)), sum(map(records_.is_measured, r)))
                 for t, (a, r) in pairs.items()}
     enough = [t for t, (n, n_ref) in measured.items() if min(n, n_ref) >= min_runs]
@@ -138,21 +142,24 @@ def answer(model: str, arm: str, reference: str, pairs: dict[str, tuple[list[dic
     pairs = {t: pairs[t] for t in enough}
     options = dict(min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot, confidence=confidence)
     for axis in AXES:
-        # The same seed key as stats.compare_pooled: the same figure as the pooled table.
-        estimate, _used = stats.pooled_rate_difference(pairs, axis, rng=rng_for(seed, "pooled", axis, model, arm),
-                                                       **options)
+        estimate = getattr(pooled, f"{axis}_diff", None)
+        if estimate is None:  # an axis the pooled table has no column for: the same method, seed key
+            estimate, _used = stats.pooled_rate_difference(pairs, axis, rng=rng_for(seed, "pooled", axis, model, arm),
+                                                           **options)
         if not not_measured(estimate):
             result.axes.append(rate_answer(axis, estimate))
     delivered = {t: (records_.loc_values(a), records_.loc_values(r)) for t, (a, r) in pairs.items()}
-    loc, used = stats.pooled_median_ratio(delivered, rng=rng_for(seed, "pooled", "loc", model, arm),
-                                          method=stats.pooled_loc_method(n_boot), **options)
+    if pooled is not None:
+        loc, used = pooled.loc_ratio, pooled.tasks_loc
+    else:
+        loc, used = stats.pooled_median_ratio(delivered, rng=rng_for(seed, "pooled", "loc", model, arm),
+                                              method=stats.pooled_loc_method(n_boot), **options)
     result.axes.append(loc_answer("LOC", loc, sign_detail(delivered, used) if used else ""))
     every = {}
     for t, (a, r) in pairs.items():
-        largest = records_.largest_loc(c for c in records if records_.name_of(c, "task") == t
-                                       and records_.name_of(c, "model") == model)
-        if largest is not None:
-            every[t] = (records_.loc_all_cells(a, largest), records_.loc_all_cells(r, largest))
+        worst = largest.get((t, model))
+        if worst is not None:
+            every[t] = (records_.loc_all_cells(a, worst), records_.loc_all_cells(r, worst))
     size, _used = stats.pooled_median_ratio(every, rng=rng_for(seed, "pooled", "size", model, arm),
                                             method=f"{SIZE_METHOD}, {n_boot} resamples", **options)
     result.axes.append(loc_answer("size, all cells", size))
@@ -170,12 +177,15 @@ def answers(records: Sequence[dict], reference: str = "baseline", arm_stats: sta
         arm_stats = stats.arm_stats(records, reference, min_runs=min_runs, min_tasks=min_tasks,
                                     n_boot=n_boot, seed=seed, confidence=confidence)
     cells = records_.group_by(records, "model", "arm", "task")
+    largest = {key: records_.largest_loc(c) for key, c in records_.group_by(records, "task", "model").items()}
+    pooled = {(p.model, p.arm): p.stats for p in arm_stats.pooled}
     result = []
     for model in sorted({m for m, _a, _t in cells}):
         for arm in sorted({a for m, a, _t in cells if m == model and a != reference}):
             pairs = {t: (c, cells.get((model, reference, t), [])) for (m, a, t), c in cells.items()
                      if (m, a) == (model, arm)}
-            one = answer(model, arm, reference, pairs, records, min_runs=min_runs, min_tasks=min_tasks,
+            one = answer(model, arm, reference, pairs, records, largest, pooled.get((model, arm)),
+                         min_runs=min_runs, min_tasks=min_tasks,
                          n_boot=n_boot, seed=seed, confidence=confidence)
             one.per_task = per_task_findings([c for c in arm_stats.comparisons if (c.model, c.arm) == (model, arm)])
             result.append(one)
