@@ -114,3 +114,24 @@ def test_one_run_says_too_few_once_per_arm(tmp_path):
     assert sum("too few" in line for line in lines) == 1
     assert data["primary"][0]["note"].startswith("too few runs: 1 of 3 needed")
     assert data["primary"][0]["axes"] == []
+
+
+def test_a_rate_axis_added_to_the_specs_and_the_judged_axes_get_a_verdict_without_more_code(monkeypatch):
+    # A third axis named in specs/spec.py AXES (the `robust` branch adds one): the pooled
+    # difference appears on the line with no code of its own. Judged scores (0-3) likewise.
+    monkeypatch.setattr(primary, "AXES", ("correct", "safe", "robust"))
+    records = []
+    for task in TASKS:
+        for run in range(4):
+            records.append(dict(cell(task, "baseline", run, safe=1, loc=10), robust=1,
+                                judge_status="judged", over_engineering=1, completeness=3))
+            records.append(dict(cell(task, "brittle", run, safe=1, loc=10), robust=0,
+                                judge_status="judged", over_engineering=3, completeness=3))
+    (a,) = primary.answers(records, "baseline")
+    axes = {x.axis: x for x in a.axes}
+    assert axes["robust"].verdict == "worse" and axes["robust"].figure.startswith("-100 pp [")
+    assert axes["judged over_engineering"].verdict == "higher"
+    assert axes["judged over_engineering"].figure == "+2.00 [+2.00, +2.00]"
+    assert axes["judged completeness"].verdict == "no clear difference"
+    assert "robust -100 pp" in primary.line(a)
+    assert ("ponybench_primary:brittle:haiku:robust", "worse") in primary.junit_properties([a])
