@@ -316,7 +316,7 @@ def test_an_axis_without_a_check_shows_no_rate_in_any_table(tmp_path):
     assert by_task["t1"][6:8] == ["-", "-"]  # safe Δ and its p: nothing measured, no test
     assert by_task["t2"][9] == "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
     # The answer per arm names no safe axis: nothing measured on it.
-    assert "safe" not in md.split("## The answer per arm")[1].split("\n## ")[0].split("- Rates:")[0]
+    assert "safe" not in md.split("## The answer per arm")[1].split("_Methods._")[0]
     _, (row,) = table_rows(md, "Arms against `baseline`, pooled over tasks")
     assert row[5:7] == ["-", "-"]
     page = (run_dir / "report.html").read_text()

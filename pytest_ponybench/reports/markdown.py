@@ -34,7 +34,7 @@ def primary_markdown(answers: Sequence[primary.PrimaryAnswer], reference: str) -
     """The answer per arm, first: a heading, a bullet per arm and model, the methods."""
     heading, *lines = primary.lines(answers, reference)
     return (f"## {heading.rstrip(':')}\n\n" + "".join(f"- {md_escape(line.strip())}\n" for line in lines)
-            + "\n" + "".join(f"- {md_escape(m)}\n" for m in primary.methods()))
+            + "\n_Methods._ " + md_escape(" ".join(primary.methods())) + "\n")
 
 
 def build_markdown(run_dir: Path, records: Sequence[dict], reference: str,
