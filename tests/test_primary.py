@@ -114,6 +114,9 @@ def test_one_run_says_too_few_once_per_arm(tmp_path):
     assert sum("too few" in line for line in lines) == 1
     assert data["primary"][0]["note"].startswith("too few runs: 1 of 3 needed")
     assert data["primary"][0]["axes"] == []
+    # Without the reference arm there is nothing to compare, which more runs would not fix.
+    (a,) = primary.answers([r for r in unsafe_arm_records(4) if r["arm"] != "baseline"], "baseline")
+    assert a.note == "the reference arm `baseline` has no cell on these tasks and this model: nothing to compare"
 
 
 def test_a_rate_axis_added_to_the_specs_and_the_judged_axes_get_a_verdict_without_more_code(monkeypatch):

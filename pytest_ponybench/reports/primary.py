@@ -131,6 +131,9 @@ def answer(model: str, arm: str, reference: str, pairs: dict[str, tuple[list[dic
     enough = [t for t, (n, n_ref) in measured.items() if min(n, n_ref) >= min_runs]
     runs = max((min(n, n_ref) for n, n_ref in measured.values()), default=0)
     result = PrimaryAnswer(model, arm, reference, tasks=len(enough), runs=runs)
+    if not any(r for _a, r in pairs.values()):
+        result.note = f"the reference arm `{reference}` has no cell on these tasks and this model: nothing to compare"
+        return result
     if runs < min_runs:
         result.note = (f"too few runs: {runs} of {min_runs} needed per task on each side "
                        f"(--runs {min_runs} or more)")
