@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_ponybench.judge import judge
+from pytest_ponybench.store import tree
 
 KINDS = ("llm", "baseline")
 VOTES = 3  # `claude plugin eval`'s rule: a judged grader passes on 2 of 3 votes
@@ -317,16 +318,12 @@ def cell_work(task, ws: Path, key: bytes | None, answer: str | None) -> Work:
     ws = Path(ws)
     seeded = workspace.seed_manifest(ws, task.seed, key)
     listed = []
-    for dirpath, dirnames, filenames in os.walk(ws):  # links to folders are not entered
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            rel = str(path.relative_to(ws))
-            if name.startswith(("_ponybench", ".")):
-                continue
-            if seeded.get(rel) is not None and seeded[rel] == metrics._digest_file(path):
-                continue
-            listed.append(rel)  # links and special files too: read_files names them, never follows or opens them
+    for rel, entry in tree.walk(ws, lambda rel, name: name.startswith((".", "_ponybench"))):
+        if entry.is_dir(follow_symlinks=False):
+            continue
+        if seeded.get(rel) is not None and seeded[rel] == metrics._digest_file(Path(entry.path)):
+            continue
+        listed.append(rel)  # links and special files too: read_files names them, never follows or opens them
     files = list(judge.read_files(ws, listed).items())
     return Work(answer if isinstance(answer, str) else "", tuple(files))
 

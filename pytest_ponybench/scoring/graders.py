@@ -38,6 +38,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_ponybench.store import tree
+
 DETERMINISTIC = ("regex", "tool_used", "tool_order", "file_exists")
 JUDGED = ("llm", "baseline")
 KINDS = DETERMINISTIC + JUDGED
@@ -204,8 +206,11 @@ def _relative(path: str, original: Path) -> str:
 
 
 def _workspace_files(workspace: Path) -> list[Path]:
-    return sorted(p for p in workspace.rglob("*")
-                  if p.is_file() and not p.name.startswith("_ponybench") and ".git" not in p.relative_to(workspace).parts)
+    """The regular files a grader may read: no link (never followed), no harness file, nothing in a `.git`."""
+    def skip(rel: str, name: str) -> bool:
+        return name == ".git" or name.startswith("_ponybench")
+
+    return sorted(workspace / rel for rel, entry in tree.walk(workspace, skip) if entry.is_file(follow_symlinks=False))
 
 
 def _target_text(grader: dict, ev: Evidence) -> tuple[str, str]:
