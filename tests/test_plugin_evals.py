@@ -208,6 +208,10 @@ def evidence(tmp_path):
     ({"type": "tool_used", "tool": "Write", "max": 1}, False),
     ({"type": "tool_used", "tool": "Write", "input_match": r"slug\.py", "min": 1, "max": 1}, True),
     ({"type": "tool_used", "tool": "Edit", "min": 0, "max": 0}, True),
+    # Only a max: min is 0, as a user means it (`max: 0` alone forbids the tool).
+    ({"type": "tool_used", "tool": "Edit", "max": 0}, True),
+    ({"type": "tool_used", "tool": "Write", "max": 0}, False),
+    ({"type": "tool_used", "tool": "Write", "max": 2}, True),
     ({"type": "tool_order", "before": "Read", "after": "Write"}, True),
     ({"type": "tool_order", "before": {"tool": "Write", "input_match": "gone"},
       "after": {"tool": "Write", "input_match": "slug"}}, False),
@@ -233,6 +237,7 @@ def test_each_deterministic_grader_passes_and_fails_where_it_should(evidence, gr
     ({"type": "regex", "pattern": "x", "target": "diff"}, "target 'diff' must be"),
     ({"type": "tool_used"}, "needs a 'tool'"),
     ({"type": "tool_used", "tool": "Bash", "max": -1}, "'max' must be a whole number"),
+    ({"type": "tool_used", "tool": "Bash", "min": 2, "max": 1}, "'min' 2 is more than 'max' 1"),
     ({"type": "tool_order", "before": "Read"}, "'after' must be a tool name"),
     ({"type": "file_exists"}, "needs a 'path'"),
 ])
@@ -413,6 +418,16 @@ def test_the_default_rehearsal_satisfies_file_regex_tool_used_and_file_exists_gr
     assert set(files) == {"notes/rehearsal.md"}
     assert files["notes/rehearsal.md"].count("TODO: tidy") == 2 and "# Notes\n" in files["notes/rehearsal.md"]
     assert "all tidy" in answer and "sorry" not in answer
+
+
+def test_a_read_only_case_with_max_0_alone_rehearses_without_writing_and_a_hint_names_who_needs_files():
+    forbid = {"name": "no-write", "type": "tool_used", "tool": "Write", "max": 0}
+    files, _, unsatisfied = plugin_evals.default_rehearsal([forbid])
+    assert (files, unsatisfied) == ({}, ())
+    # When another grader does need a file, the hint names that grader, not "the other graders".
+    files, _, unsatisfied = plugin_evals.default_rehearsal(
+        [{"name": "note", "type": "file_exists", "path": "notes/*.md"}, forbid])
+    assert unsatisfied == ("grader no-write (tool_used): grader(s) note need 1 written file(s), more than its max 0",)
 
 
 def test_a_grader_no_default_can_satisfy_is_named_with_the_block_that_fixes_it(tmp_path):
