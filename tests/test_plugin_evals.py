@@ -547,6 +547,20 @@ def test_a_suite_s_llm_and_baseline_graders_run_in_rehearsal_and_a_rescore_reuse
     assert {c: {k: r[k] for k in keys} for c, r in rescored.items()} == {c: {k: r[k] for k in keys} for c, r in found.items()}
     assert all(r["graders_judge_reused"] for r in rescored.values())
 
+    # A plain rescore asks no judge and keeps the verdicts (issue 35 item 6); asked, it drops them.
+    plain = run(plugin, [f"--ponybench-rescore={run_dir}", f"--ponybench-plugin={plugin}",
+                         f"--ponybench-claude={claude_bin}", *QUIET], timeout=600)
+    assert plain.returncode == pytest.ExitCode.TESTS_FAILED, plain.stdout + plain.stderr
+    assert "ponybench: kept the judgements of 4 cell(s)" in plain.stdout, plain.stdout
+    kept = {r["cell"]: r for r in results(run_dir)}
+    assert {c: {k: r[k] for k in keys} for c, r in kept.items()} == {c: {k: r[k] for k in keys} for c, r in found.items()}
+    assert "- tidy-plugin: 2 passed, 1 failed, 1 not judged" in (run_dir / "summary.md").read_text()
+    dropped = run(plugin, [f"--ponybench-rescore={run_dir}", "--ponybench-rescore-drop-judged",
+                           f"--ponybench-plugin={plugin}", f"--ponybench-claude={claude_bin}", *QUIET], timeout=600)
+    assert dropped.returncode == pytest.ExitCode.TESTS_FAILED, dropped.stdout + dropped.stderr
+    assert not any(r.get("judged_graders") for r in results(run_dir))
+    assert "## Judged graders" not in (run_dir / "summary.md").read_text()
+
 
 def test_a_judge_failing_a_grader_s_pair_runs_no_grader(tmp_path, claude_bin):
     plugin = write_plugin(tmp_path / "tidy")

@@ -309,13 +309,7 @@ class JudgePlugin:
         ws = Path(record["workspace"])
         key = self.state.run_dir.key
         kind = judged_graders.RECORD_PREFIX + fp
-        kept, problem = read_record(ws, kind, key)
-        by_name = {}
-        if problem is None and isinstance(kept, dict):
-            for data in kept.get("verdicts") or []:
-                verdict = judged_graders.verdict_from(data)
-                if verdict is not None and not verdict.status.startswith("infra_error"):
-                    by_name[(verdict.name, verdict.key)] = verdict
+        by_name = kept_verdicts(ws, fp, key)
         verdicts, wanted = {}, []
         for grader in runnable:
             if (grader.name, grader.key) in by_name:
@@ -360,9 +354,9 @@ class JudgePlugin:
         ws = Path(record["workspace"])
         key = self.state.run_dir.key
         kind = judge.RECORD_PREFIX + fp
-        kept, problem = read_record(ws, kind, key)
-        if problem is None and judge.reusable(kept):
-            return {**kept, "judge_reused": True}
+        kept = kept_judgement(ws, fp, key)
+        if kept is not None:
+            return kept
         try:
             stopped = self.ready()
         except agent.CliMissing as exc:
@@ -444,6 +438,76 @@ class JudgePlugin:
             self._server = None
 
 
+def kept_judgement(ws: Path, fp: str, key: bytes | None) -> dict | None:
+    """The judged axes' fields kept sealed beside the workspace by judge `fp`, marked reused;
+    None when there is none to take as it is (judge.reusable)."""
+    kept, problem = read_record(ws, judge.RECORD_PREFIX + fp, key)
+    return {**kept, "judge_reused": True} if problem is None and judge.reusable(kept) else None
+
+
+def kept_verdicts(ws: Path, fp: str, key: bytes | None) -> dict:
+    """(grader name, grader key) -> the verdict kept sealed beside the workspace by the graders'
+    judge `fp` (an infra error is left out: it is asked again)."""
+    kept, problem = read_record(ws, judged_graders.RECORD_PREFIX + fp, key)
+    found = {}
+    if problem is None and isinstance(kept, dict):
+        for data in kept.get("verdicts") or []:
+            verdict = judged_graders.verdict_from(data)
+            if verdict is not None and not verdict.status.startswith("infra_error"):
+                found[(verdict.name, verdict.key)] = verdict
+    return found
+
+
+def kept_fields(ws: Path, old: dict, key: bytes | None, graders: tuple = ()) -> dict:
+    """What a plain rescore keeps of a cell's judgements: the judged axes and the verdicts of
+    its judged graders (`graders`, JudgedGrader) that the judges its old record names (`old`,
+    its line in results.jsonl) left sealed beside the workspace. A verdict counts only while its
+    grader asks the same (its key); a grader without one (or that cannot run) is named as not run."""
+    fields: dict = {}
+    fp = str(old.get("judge_fingerprint") or "")
+    kept = kept_judgement(ws, fp, key) if fp else None
+    if kept is not None:
+        fields.update(kept)
+    fp = str(old.get("graders_judge_fingerprint") or "")
+    found = kept_verdicts(ws, fp, key) if fp and graders else {}
+    verdicts = [found[(g.name, g.key)] for g in graders if (g.name, g.key) in found]
+    if verdicts:
+        not_run = [g.label for g in graders if g.problem or (g.name, g.key) not in found]
+        fields.update(judged_graders.record_fields(verdicts, not_run, fp, reused=True))
+    return fields
+
+
+class KeptJudgements:
+    """A rescore without --ponybench-judge asks no judge, and keeps what judges left: each
+    rescored cell's record carries the judgements its old record had (kept_fields), so
+    results.jsonl and the summaries keep their judged figures. --ponybench-rescore-drop-judged
+    registers none of this, and the rescore's figures have no judged column."""
+
+    def __init__(self, state):
+        self.state = state
+        self._old: dict | None = None
+
+    def old_record(self, cell_id: str) -> dict:
+        if self._old is None:  # the run's results before this rescore merges its own
+            self._old = {str(r.get("cell")): r for r in self.state.run_dir.read_results()}
+        return self._old.get(cell_id) or {}
+
+    def pytest_ponybench_cell_record(self, cell, record):
+        if not record.get("workspace"):
+            return
+        case = self.state.evals.cases.get(cell.task.name) if getattr(self.state, "evals", None) else None
+        graders = case.judged if case is not None else ()
+        record.update(kept_fields(Path(record["workspace"]), self.old_record(cell.id), self.state.run_dir.key, graders))
+
+    def pytest_terminal_summary(self, terminalreporter, config):
+        gathering = getattr(config.pluginmanager.get_plugin("ponybench-controller"), "gathering", None)
+        every = gathering.all_records() if gathering is not None else []
+        kept = sum(1 for r in every if r.get("judge_reused") or r.get("graders_judge_reused"))
+        if kept and not hasattr(config, "workerinput"):
+            terminalreporter.write_line(f"ponybench: kept the judgements of {kept} cell(s) as the run's judges left "
+                                        f"them; no judge was asked (--ponybench-rescore-drop-judged leaves them out)")
+
+
 def grader_lines(every) -> list[str]:
     """Per arm, how many judged graders passed; then each cell's verdicts."""
     counts: dict[str, list[int]] = {}
@@ -472,3 +536,9 @@ def register(config, state) -> None:
         config.pluginmanager.register(JudgePlugin(state, config, js), "ponybench-judge")
         if getattr(state, "evals", None) is not None:
             state.evals.judging = True  # the judged graders run: off the "not run" list
+    elif (state.settings.enabled and state.settings.rescore is not None and state.run_dir is not None
+          and not config.getoption("ponybench_rescore_drop_judged", False)):
+        config.pluginmanager.register(KeptJudgements(state), "ponybench-kept-judgements")
+        if not hasattr(config, "workerinput") and getattr(state, "evals", None) is not None and any(
+                r.get("judged_graders") for r in state.run_dir.read_results()):
+            state.evals.judging = True  # their kept verdicts are reported, not "not run"
