@@ -528,7 +528,8 @@ def test_a_suite_s_llm_and_baseline_graders_run_in_rehearsal_and_a_rescore_reuse
     assert "judged: judged grader not run: grader no-rubric (llm) has no rubric" in done.stdout
     # Proven on each grader's pass and fail examples before any cell: 3 graders, 2 requests each.
     assert re.search(r"ponybench: judge claude-sonnet-4-6 \(rubric \w+, fingerprint \w+, rehearsal:agree\): "
-                     r"proven on 3 judge pairs \(0 remembered, 6 requests", done.stdout), done.stdout
+                     r"proven on 3 judge pairs \(0 remembered, 6 requests, \$[\d.]+ \(simulated\)\)", done.stdout), done.stdout
+    assert re.search(r"judge cost \$[\d.]+ \(simulated\), apart from the agents' \$[\d.]+ \(simulated\)", done.stdout)
     assert "ponybench judged graders (claude plugin eval)" in done.stdout
     assert "tidy-plugin: 2 passed, 1 failed, 1 not judged" in done.stdout
     # Their cost is judge cost on the ledger, one line per cell, apart from the agents'.
@@ -572,6 +573,8 @@ def test_a_judge_failing_a_grader_s_pair_runs_no_grader(tmp_path, claude_bin):
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr  # nothing delivered
     assert "NOT proven" in done.stdout and "idle (grader wrote (llm), pass example vs fail example): the judge said " \
                                            "fail of the pass example and pass of the fail example" in done.stdout
+    # The proof asks only about the selected case (-k idle), not the other case's 2 graders (issue 35 item 3).
+    assert "it ranked 1 of 1 judge pairs wrongly" in done.stdout, done.stdout
     (run_dir,) = [d for d in runs.iterdir() if d.is_dir()]
     for record in results(run_dir):
         assert record["judged_graders"] == "" and record["graders_not_run"] == "wrote (llm)"
