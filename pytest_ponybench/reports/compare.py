@@ -426,14 +426,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_comparison(comparison, gates, allow_unevaluated=args.allow_unevaluated), end="")
     from pytest_ponybench.reports import judge_gates
 
-    judged_failed, judged_unevaluated = judge_gates.evaluate(
-        load_records(args.old_run), load_records(args.new_run), args.max_over_engineering_increase,
-        args.max_incomplete_rate, args.judge_calibration)
-    graders_failed, graders_unevaluated = judge_gates.evaluate_graders(
-        load_records(args.new_run), args.min_judged_grader_pass_rate, args.judge_calibration)
-    judged_failed += graders_failed
-    judged_unevaluated += graders_unevaluated
-    for title, found in (("Judged gates failed", judged_failed), ("Judged gates not evaluated", judged_unevaluated)):
+    judged_failed, judged_unevaluated, judged_passed = judge_gates.evaluate_all(
+        load_records(args.old_run), load_records(args.new_run), args)
+    for title, found in (("Judged gates passed", judged_passed), ("Judged gates failed", judged_failed),
+                         ("Judged gates not evaluated", judged_unevaluated)):
         if found:
             print(f"{title}:\n" + "".join(f"  - {line}\n" for line in found), end="")
     judged_bad = judged_failed + ([] if args.allow_unevaluated else judged_unevaluated)
