@@ -71,3 +71,10 @@ def test_the_plans_loc_power_is_the_simulated_power_of_the_reports_loc_test():
     assert abs(found / experiments - sized.power) <= 0.05, (sized, found / experiments)
     # The t-test formula the plan used before (n = 2 (z_a + z_b)^2 sd^2 / log(ratio)^2) buys less.
     assert n > 2 * (1.959964 + 0.841621) ** 2 * sd ** 2 / np.log(ratio) ** 2
+
+
+def test_bh_worked_example():
+    # Sorted 0.005, 0.01, 0.03, 0.04 (m = 4): m p / rank = 0.02, 0.02, 0.04, 0.04, then a running
+    # minimum from the largest down; None is not part of the family.
+    assert intervals.bh_adjust([0.01, 0.04, 0.03, 0.005, None]) == pytest.approx([0.02, 0.04, 0.04, 0.02, None])
+    assert intervals.bh_adjust([0.5, 0.9]) == pytest.approx([0.9, 0.9])
