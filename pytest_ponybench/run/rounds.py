@@ -382,13 +382,16 @@ def plan_rows(selection, s: RoundSettings, earlier: dict) -> list[PlanRow]:
             rate = sum(values) / len(values) if values else None
             source = f"earlier runs ({len(values)})" if values else "none: taken at 50%"
             # Rounded so that tasks with nearly the same rate share one (cached) computation.
-            fixed = power.rate_runs(round(0.5 if rate is None else rate, 3), s.plan_difference, level, s.plan_power)
+            fixed = power.rate_runs(round(0.5 if rate is None else rate, 2), s.plan_difference, level, s.plan_power)
             sp = _seq().plan_rounds(0.5 if rate is None else rate, s.plan_difference, s.plan_power, s.alpha, s.margin)
             rows.append(PlanRow(task.name, model, axis, rate, source, fixed.runs, sp.cap, sp.mean_rounds,
                                 fixed.power, fixed.direction, family[model]))
         logs = [math.log(r["total_loc"]) for r in recs if isinstance(r.get("total_loc"), int) and r["total_loc"] > 0]
         sd = stdev(logs) if len(logs) >= 3 and stdev(logs) > 0 else None
-        loc = power.loc_runs(round(sd if sd is not None else s.plan_loc_sd, 2), s.plan_loc_ratio, level, s.plan_power)
+        # The spread rounded up to a grid of 0.05: tasks share a (cached) simulation, and a
+        # wider spread never asks for fewer runs.
+        spread = math.ceil((sd if sd is not None else s.plan_loc_sd) * 20 - 1e-9) / 20
+        loc = power.loc_runs(spread, s.plan_loc_ratio, level, s.plan_power)
         rows.append(PlanRow(task.name, model, "loc", sd if sd is not None else s.plan_loc_sd,
                             f"earlier runs ({len(logs)})" if sd is not None else "guess (--ponybench-plan-loc-sd)",
                             loc.runs, None, None, loc.power, loc.direction, family[model]))
@@ -448,7 +451,7 @@ def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings
                f"{_power().RATE_METHOD} ({families}; power {s.plan_power:g}); where many of an arm's tasks "
                f"differ, BH's threshold nears alpha and fewer runs suffice")
     out.append(f"method, LOC: {_power().LOC_METHOD}, sd of log total_loc from earlier runs of the reference "
-               f"(>= 3 runs), else the guess")
+               f"(>= 3 runs), else the guess, rounded up to 0.05")
     out.append(f"method, sequential: {_seq().METHOD}, alpha {s.alpha:g} per comparison; cap = the round by "
                f"which a seeded simulation ({_seq().PLAN_EXPERIMENTS} experiments) decided the difference in "
                f"{s.plan_power:g} of them, the larger of a rise and a drop; "
