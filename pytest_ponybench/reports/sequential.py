@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -258,6 +259,7 @@ def _plan_one(p_reference: float, p_arm: float, power: float, alpha: float, marg
     return SequentialPlan(cap, power_at_cap, float(stops.mean()), method, p_arm)
 
 
+@lru_cache(maxsize=256)  # a plan asks the same question for every task at the same rate
 def plan_rounds(p_reference: float, difference: float, power: float = 0.8, alpha: float = ALPHA,
                 margin: float = MARGIN, limit: int = 400, experiments: int = PLAN_EXPERIMENTS,
                 seed: int = PLAN_SEED) -> SequentialPlan:
