@@ -1,8 +1,8 @@
 """Intervals, tests and resampling: the building blocks of stats.py, numbers in and numbers out.
 
 Wilson and Newcombe score intervals, Kish's effective runs, runs needed for a given power,
-Fisher's exact test, Holm's adjustment, percentile intervals and the seeded, vectorised
-bootstrap of medians. stats.py says which method answers which question, and why; the
+Fisher's exact test, Holm's and Benjamini-Hochberg's adjustments, percentile intervals and the
+seeded, vectorised bootstrap of medians. stats.py says which method answers which question, and why; the
 sequential decisions (sequential.py) and the judged columns (judge_report.py) use these too.
 Pure functions; imports nothing of the package.
 """
@@ -117,6 +117,25 @@ def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
     running = 0.0
     for rank, (p, i) in enumerate(present):
         running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def bh_adjust(p_values: Sequence[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg adjusted p-values (q-values), in the input order; None entries stay
+    None and are not part of the family.
+
+    Sort the m p-values ascending; the i-th (1-based) becomes m p / i, made monotone with a
+    running minimum from the largest down and capped at 1. Rejecting q <= alpha keeps the
+    expected share of false findings among the findings at most alpha (independent or
+    positively dependent tests), and under no difference at all the chance of any finding."""
+    present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(present)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 1.0
+    for rank in range(m - 1, -1, -1):
+        p, i = present[rank]
+        running = min(running, m * p / (rank + 1))
         adjusted[i] = running
     return adjusted
 
