@@ -31,6 +31,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from pytest_ponybench.specs.spec import AXES, PASS_AXES  # noqa: F401 (records.AXES, records.PASS_AXES)
+
 FINISHED = "finished"
 TIMEOUT = "timeout"
 CLI_ERROR = "cli_error"
@@ -49,8 +51,6 @@ INFRA = frozenset({INFRA_ERROR})
 CUT = frozenset({BUDGET_CUT})
 INSTRUMENT = frozenset({INSTRUMENT_ERROR})
 STATUSES = MEASURED | NEVER_RAN | INFRA | CUT | INSTRUMENT
-
-AXES = ("correct", "safe")
 
 
 def not_measured_reason(axis: str) -> str:
@@ -75,7 +75,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "workspace_cut": _str,  # only on a remote worker's cell whose workspace did not all fit home (fleet.py)
     # verdicts
     # None: the task has no check on that axis, so the axis was not measured (never a pass)
-    "correct": _int, "safe": _int, "correct_reason": _str, "safe_reason": _str,
+    **{axis: _int for axis in AXES}, **{f"{axis}_reason": _str for axis in AXES},
     "passed": _bool, "failure": _str,
     # what the verdicts were judged under (scoring/fingerprint.verdict_key): the workspace's
     # files, the checks, the harness and the deciding library versions; absent when no check ran
@@ -177,16 +177,16 @@ def delivered_loc(record: dict) -> int | None:
 
 def passed(record: dict) -> bool | None:
     """The cell's pytest outcome for a measured cell (or correct and safe when the record has
-    no `passed`), None when the cell does not count."""
+    no `passed`; robust never decides it), None when the cell does not count."""
     if not is_measured(record):
         return None
     value = record.get("passed")
     if isinstance(value, bool):
         return value
-    correct, safe = outcome(record, "correct"), outcome(record, "safe")
-    if correct is None and safe is None:
+    outcomes = [outcome(record, axis) for axis in PASS_AXES]
+    if all(v is None for v in outcomes):
         return None
-    return correct != 0 and safe != 0  # an axis not measured does not fail the cell
+    return all(v != 0 for v in outcomes)  # an axis not measured does not fail the cell
 
 
 def count(records: Iterable[dict], axis: str) -> tuple[int, int]:
