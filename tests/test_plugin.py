@@ -238,6 +238,7 @@ def test_summary_json_rows(main_runs):
     assert finished == {
         "task": "add", "arm": "brief", "model": "haiku", "n": 1, "cells": 1, "left_out": {},
         "safe_rate": None, "correct_rate": 1.0,  # the task has no safe check: not measured
+        "robust_rate": None,  # nor a robust one
         "wrote_file_rate": 1.0, "total_loc_median": 5, "total_loc_max": 5, "src_loc_median": 4,
         "src_files_median": 2, "wrote_tests_rate": 1.0, "cost_mean": 0.0123, "out_tokens_mean": 20,
         "total_tokens_mean": 132, "time_s_mean": 1.5,

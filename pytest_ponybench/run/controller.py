@@ -182,6 +182,8 @@ class Gathering:
             "activity": tables.activity_rows(every),
             # Per task x arm: each failed cell's one-line reason, the most frequent first.
             "failures": tables.failure_rows(every),
+            # Per axis that fails no cell (robust): the cells that failed it, with its reasons.
+            **{f"{axis}_failures": tables.failure_rows(every, axis) for axis in tables.APART_AXES},
         }
         from pytest_ponybench.reports import judge_report  # the judged columns, when the run was judged (--ponybench-judge)
 

@@ -190,7 +190,7 @@ def passed(record: dict) -> bool | None:
 
 
 def count(records: Iterable[dict], axis: str) -> tuple[int, int]:
-    """(successes, cells that count) for `correct` or `safe`: cells measured on that axis."""
+    """(successes, cells that count) for an axis (AXES): cells measured on that axis."""
     values = [v for v in (outcome(r, axis) for r in records) if v is not None]
     return sum(values), len(values)
 
@@ -246,16 +246,13 @@ def left_out_text(counts: dict[str, int]) -> str:
 @dataclass
 class Tally:
     """The counts behind one row of any output: how many cells, how many count, how many of
-    those were correct, safe, delivered code, wrote tests; and what was left out, by status.
-    `correct_n` and `safe_n` are the measured cells with a check on that axis: the rate's
-    denominator (0 when the task has none: no rate, never 100%)."""
+    those passed each axis, delivered code, wrote tests; and what was left out, by status.
+    `axes`: {axis: (successes, n)} for every axis of AXES, n the measured cells with a check on
+    that axis: the rate's denominator (0 when the task has none: no rate, never 100%)."""
 
     cells: int = 0
     measured: int = 0
-    correct: int = 0
-    safe: int = 0
-    correct_n: int = 0
-    safe_n: int = 0
+    axes: dict[str, tuple[int, int]] = field(default_factory=dict)
     delivered: int = 0
     wrote_tests: int = 0
     infra: int = 0
@@ -266,16 +263,17 @@ class Tally:
         n = self.measured if n is None else n
         return round(successes / n, 3) if n else None
 
+    def axis_rate(self, axis: str) -> float | None:
+        """The rate of an axis over the cells measured on it; None when none was."""
+        return self.rate(*self.axes.get(axis, (0, 0)))
+
 
 def tally(records: Iterable[dict]) -> Tally:
     records = list(records)
     measured = [r for r in records if is_measured(r)]
     skipped = left_out(records)
-    correct, correct_n = count(measured, "correct")
-    safe, safe_n = count(measured, "safe")
     return Tally(
-        cells=len(records), measured=len(measured),
-        correct=correct, safe=safe, correct_n=correct_n, safe_n=safe_n,
+        cells=len(records), measured=len(measured), axes={axis: count(measured, axis) for axis in AXES},
         delivered=sum(1 for r in measured if delivered(r)),
         wrote_tests=sum(1 for r in measured if (r.get("test_files") or 0) > 0),
         infra=sum(n for status, n in skipped.items() if status in INFRA),
