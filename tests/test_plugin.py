@@ -261,11 +261,11 @@ def test_the_terminal_summary_table(main_runs):
     out = main_runs["n0"].stdout
     assert re.search(r"=+ ponybench summary =+", out)
     assert re.search(r"^add · haiku$", out, re.M) and re.search(r"^mul · haiku$", out, re.M)
-    assert re.search(r"^\s+arm\s+n\s+correct\s+safe\s+wrote code\s+LOC median\s+tokens\s+cost/cell$", out, re.M)
-    # safe '-': the task has no safe check, so it is not measured (never 1/1)
-    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+-\s+1/1 \(100%\)\s+5\s+132\s+\$0\.012$", out, re.M), out
+    assert re.search(r"^\s+arm\s+n\s+correct\s+safe\s+robust\s+wrote code\s+LOC median\s+tokens\s+cost/cell$", out, re.M)
+    # safe and robust '-': the task has no check on them, so they are not measured (never 1/1)
+    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+-\s+-\s+1/1 \(100%\)\s+5\s+132\s+\$0\.012$", out, re.M), out
     # Left out, as in summary.md and report.html: no rate, and the reason under the table.
-    assert re.search(r"^\s+ghost\s+0 \(\+1\)\s+-\s+-\s+-\s+-\s+-\s+-$", out, re.M), out
+    assert re.search(r"^\s+ghost\s+0 \(\+1\)\s+-\s+-\s+-\s+-\s+-\s+-\s+-$", out, re.M), out
     assert re.search(r"^\s+Left out of every rate .*ghost: \+1 left out: 1 not_run", out, re.M), out
     assert f"ran {len(cells_of_main_project())} cells; kept in {main_runs['n0'].run_dir}" in out
 
