@@ -217,12 +217,12 @@ def test_every_record_field_is_a_junit_property(main_runs):
         case = cases[cell_id]
         props = {p.name: p.value for p in case.child(junitparser.Properties)}
         assert props == {k: str(v) for k, v in record.items()}, cell_id
-        for key in ("task", "arm", "model", "correct", "safe", "total_loc", "cost_usd", "status"):
+        for key in ("task", "arm", "model", "correct", "safe", "robust", "robust_reason", "total_loc", "cost_usd", "status"):
             assert key in props
         assert case.is_passed == record["passed"]
     # An axis the task has no check on is not measured: JUnit says None, never 1.
     add = {p.name: p.value for p in cases["add__brief__haiku__0"].child(junitparser.Properties)}
-    assert add["safe"] == "None" and add["correct"] == "1"
+    assert add["safe"] == add["robust"] == "None" and add["correct"] == "1"
     ghost = cases["add__ghost__haiku__0"]
     assert "agent never ran properly (not_run)" in ghost.result[0].message
 
