@@ -371,10 +371,10 @@ def test_an_imported_suite_runs_in_rehearsal_each_grader_kind_passing_and_failin
     assert {row["safe_rate"] for row in summary["rows"]} == {None}
     assert {row["correct_rate"] for row in summary["rows"]} <= {0.0, 1.0}
     # arm, n, correct, safe: safe is '-' in every row of the terminal, summary.md and report.html
-    rows = [line for line in report.splitlines()  # the cell tables' rows (8 columns)
+    rows = [line for line in report.splitlines()  # the cell tables' rows (9 columns)
             if line.startswith(("| tidy-plugin |", "| baseline (reference) |")) and line.split(" | ")[1] == "1"]
     assert len(rows) == 2 * len(cases) and all(line.split(" | ")[3] == "-" for line in rows), rows
-    assert len(re.findall(r"^\s+(?:tidy-plugin|baseline \(reference\))\s+1\s+[01]/1 \(\d+%\)\s+-\s+[01]/1",
+    assert len(re.findall(r"^\s+(?:tidy-plugin|baseline \(reference\))\s+1\s+[01]/1 \(\d+%\)\s+-\s+-\s+[01]/1",
                           done.stdout, re.M)) == 2 * len(cases), done.stdout
     page = (run_dir / "report.html").read_text()
     assert len(re.findall(r'<td class="num">1</td><td>[01]/1 \(\d+%\)</td><td>-</td>', page)) == 2 * len(cases)

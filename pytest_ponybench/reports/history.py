@@ -1,7 +1,7 @@
 """Every figure over time: ``ponybench-history RUN_DIR... [--out DIR]``.
 
 Reads many kept runs (run directories, or folders holding them) and gives, per task x arm x
-model, each run's correct rate, safe rate, median LOC and cost per cell, in date order, with
+model, each run's correct, safe and robust rates, median LOC and cost per cell, in date order, with
 the CLI version and model id each run used. Runs that would mislead are left out and named:
 rehearsals (a scripted model), runs the budget cut short (cells skipped with "budget
 reached"), and runs with more than a fifth of their cells infra errors.
@@ -38,7 +38,7 @@ from pytest_ponybench.specs.argtypes import parse_number
 from pytest_ponybench.store import record as records_
 from pytest_ponybench.store.rundir import RESULTS, SUMMARY, write_atomic
 
-FIGURES = ("correct", "safe", "loc", "cost")
+FIGURES = (*records_.AXES, "loc", "cost")
 CONFIDENCE = 0.99  # many runs x figures are looked at: a stricter interval keeps false flags rare
 BH = (f"Benjamini-Hochberg q <= {1 - CONFIDENCE:.2g} over every drift test of the history (Fisher's exact p "
       f"for rates, the Mann-Whitney U test for LOC)")
@@ -127,7 +127,7 @@ def read_run(path: Path, infra_share: float = records_.INFRA_LOUD_SHARE) -> Run:
 def figure_of(records: Sequence[dict], figure: str, key: tuple[str, ...]) -> tuple[int, float | None, float | None, float | None, list]:
     """(n, value, low, high, raw values) of one figure over one run's cells of a task x arm x model."""
     measured = [r for r in records if records_.is_measured(r)]
-    if figure in ("correct", "safe"):
+    if figure in records_.AXES:
         values = [int(r[figure]) for r in measured if r.get(figure) is not None]
         if not values:
             return 0, None, None, None, []
@@ -166,7 +166,7 @@ def loc_p(values: list, earlier: list) -> float:
 def drift(figure: str, values: list, earlier: list, key: tuple[str, ...]) -> tuple[str, float | None]:
     """(the flag of a figure whose change against the earlier runs pooled has an interval that
     excludes no change, or ""; the p-value of its test, None where there is none)."""
-    if figure in ("correct", "safe"):
+    if figure in records_.AXES:
         est = stats.rate_difference(sum(values), len(values), sum(earlier), len(earlier),
                                     confidence=CONFIDENCE, labels=("this run", "earlier runs"))
         if est.value is None or est.low is None or est.high is None or not (est.low > 0 or est.high < 0):
@@ -188,10 +188,8 @@ def drift(figure: str, values: list, earlier: list, key: tuple[str, ...]) -> tup
 
 
 METHODS = {
-    "correct": f"rate over measured cells, {stats.WILSON} ({CONFIDENCE:.0%}); flag: {stats.NEWCOMBE} against the "
-               f"earlier runs pooled, and {BH}",
-    "safe": f"rate over measured cells, {stats.WILSON} ({CONFIDENCE:.0%}); flag: {stats.NEWCOMBE} against the "
-            f"earlier runs pooled, and {BH}",
+    **{axis: f"rate over measured cells, {stats.WILSON} ({CONFIDENCE:.0%}); flag: {stats.NEWCOMBE} against the "
+             f"earlier runs pooled, and {BH}" for axis in records_.AXES},
     "loc": "median total_loc of cells that delivered code; flag: ratio of medians against the earlier runs pooled, "
            f"seeded percentile bootstrap ({stats.N_BOOT} resamples), and {BH}",
     "cost": "mean cost_usd per measured cell; never flagged",
@@ -236,7 +234,7 @@ def build(runs: list[Run]) -> list[Series]:
 def fmt(figure: str, p: Point) -> str:
     if p.value is None:
         return "-"
-    if figure in ("correct", "safe"):
+    if figure in records_.AXES:
         return f"{p.value:.0%} [{p.low:.0%}, {p.high:.0%}] of {p.n}"
     if figure == "loc":
         return f"{p.value:g} ({p.n} cells)"
@@ -260,7 +258,7 @@ def tables(series: list[Series]) -> list[Table]:
                         + [fmt(f, point) if (point := cells.get(f)) else "-" for f in FIGURES]
                         + [("DRIFT: " + flags) if flags else ""])
         out.append(Table(f"{task} · {arm} · {model}",
-                         ["date", "run", "CLI", "model id", "spec", "correct", "safe", "LOC median", "cost/cell", "flag"],
+                         ["date", "run", "CLI", "model id", "spec", *records_.AXES, "LOC median", "cost/cell", "flag"],
                          rows, notes=[f"{f}: {s.method}" for f, s in by_figure.items()]))
     return out
 
@@ -325,7 +323,7 @@ def plot(series: Series) -> str | None:
     ax = fig.add_subplot()
     xs = list(range(len(points)))
     ys = [p.value for p in points]
-    if series.figure in ("correct", "safe"):
+    if series.figure in records_.AXES:
         lows, highs = [], []
         for p in points:
             assert p.value is not None and p.low is not None and p.high is not None  # a rate's Wilson interval
