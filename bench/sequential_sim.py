@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_ponybench.reports import sequential as seq  # noqa: E402
-from pytest_ponybench.reports.stats import runs_to_detect  # noqa: E402
+from pytest_ponybench.reports.power import rate_runs  # noqa: E402
 
 N, ROUNDS, ALPHA = 2000, 60, seq.ALPHA
 
@@ -33,14 +33,14 @@ def main() -> None:
         naive = float((seq.naive_rounds(arm - ref, arm, ALPHA) > 0).mean())
         print(f"| {p:.1f} | {betting:.4f} | {naive:.4f} |")
     print()
-    print("power 0.8: fixed design (Fleiss) vs the sequential cap and its mean stopping round:")
+    print("power 0.8, the harder of a rise and a drop: fixed design (Fisher's exact test, exact power) vs "
+          "the sequential cap and its mean stopping round:")
     print("| reference | arm | fixed runs per arm | sequential cap | power at cap | mean rounds |")
     print("| --- | --- | --- | --- | --- | --- |")
     for p_ref, diff in ((0.5, 0.2), (0.8, 0.2), (0.5, 0.4), (0.3, 0.4), (0.9, 0.9), (1.0, 1.0)):
         plan = seq.plan_rounds(p_ref, diff, power=0.8, alpha=ALPHA)
-        p_arm = p_ref + diff if p_ref + diff <= 1 else p_ref - diff
-        fixed = runs_to_detect(p_ref, diff, confidence=1 - ALPHA, power=0.8)
-        print(f"| {p_ref:.1f} | {p_arm:.1f} | {fixed} | {plan.cap} | {plan.power_at_cap:.3f} | "
+        fixed = rate_runs(p_ref, diff, ALPHA, 0.8).runs
+        print(f"| {p_ref:.1f} | {plan.p_arm:.1f} | {fixed} | {plan.cap} | {plan.power_at_cap:.3f} | "
               f"{plan.mean_rounds:.1f} |")
     print()
     for pattern in ([1] * 12, [-1] * 12):

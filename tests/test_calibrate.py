@@ -122,6 +122,10 @@ def test_compare_fails_on_a_judged_gate_and_on_an_unevaluated_one(tmp_path, item
     assert compare.main([str(old), str(new), "--max-incomplete-rate=0.5", f"--judge-calibration={cal}"]) == 1
     assert "Judged gates failed" in capsys.readouterr().out
     assert compare.main([str(old), str(old), "--max-incomplete-rate=0.5", f"--judge-calibration={cal}"]) == 0
+    # A judged gate that held says so, in one line (issue 35 item 3).
+    out = capsys.readouterr().out
+    assert "Judged gates passed:\n  - completeness gate passed (--max-incomplete-rate=0.5): every arm within it, " \
+           "by a calibrated judge\n" in out and "Judged gates failed" not in out
     below = calibration(tmp_path, items, "disagree")
     assert compare.main([str(old), str(old), "--max-incomplete-rate=0.5", f"--judge-calibration={below}"]) == 1
     assert "Judged gates not evaluated" in capsys.readouterr().out

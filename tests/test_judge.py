@@ -323,3 +323,47 @@ def test_the_judges_settings_come_from_the_command_line_then_ini_then_the_defaul
     assert (settings(given).votes, settings(given).model) == (7, "haiku")
     with pytest.raises(pytest.UsageError, match=r"^ini option ponybench_judge_votes = '4': 4: give an odd number"):
         settings(option_config({"ponybench_judge_votes": "4"}))
+
+
+# --------------------------------------------------------------------------- a plain rescore keeps judgements (issue 35 item 6)
+
+def test_a_plain_rescore_keeps_the_judgements_its_old_record_names_and_the_drop_flag_registers_nothing(tmp_path):
+    from types import SimpleNamespace
+
+    from pytest_ponybench.judge import judged_graders as jg
+    from pytest_ponybench.run import judging
+    from pytest_ponybench.store.rundir import write_record
+
+    key = b"k" * 32
+    ws = tmp_path / "runs" / "cell"
+    ws.mkdir(parents=True)
+    axes = judge.record_fields({"over_engineering": judge.AxisJudgement("over_engineering", score=2, cited="", why="a registry", votes=[2])},
+                               "claude-sonnet-4-6", "fpjudge")
+    write_record(ws, judge.RECORD_PREFIX + "fpjudge", axes, key)
+    tone = jg.JudgedGrader("tone", "llm", rubric="The answer is polite.", pass_example=jg.Work("Done."))
+    moved = jg.JudgedGrader("scope", "llm", rubric="Now it asks something else.", pass_example=jg.Work("Done."))
+    kept = [jg.Verdict("tone", "llm", tone.key, True, [True, True, False], "polite"),
+            jg.Verdict("scope", "llm", "an-older-rubric", True, [True, True, True], "fine")]
+    write_record(ws, jg.RECORD_PREFIX + "fpgraders", {"verdicts": [jg.verdict_data(v) for v in kept]}, key)
+    old = {"judge_fingerprint": "fpjudge", "graders_judge_fingerprint": "fpgraders"}
+
+    broken = jg.JudgedGrader("no-rubric", "llm", problem="grader no-rubric (llm) has no rubric")
+    fields = judging.kept_fields(ws, old, key, (tone, broken, moved))
+    assert (fields["over_engineering"], fields["judge_reused"], fields["judge_fingerprint"]) == (2, True, "fpjudge")
+    # A verdict counts only while its grader asks the same: `scope`'s rubric changed since.
+    assert fields["judged_graders"] == "tone (llm): pass 2/3: polite"
+    assert (fields["graders_not_run"], fields["graders_judge_reused"]) == ("no-rubric (llm), scope (llm)", True)
+    # Nothing named, nothing under that name, or not sealed by the run's key: nothing kept.
+    assert judging.kept_fields(ws, {}, key, (tone,)) == {}
+    assert judging.kept_fields(ws, {"judge_fingerprint": "other"}, key, (tone,)) == {}
+    assert judging.kept_fields(ws, old, b"x" * 32, (tone,)) == {}
+
+    registered = {}
+    for drop in (False, True):
+        config = option_config(ponybench_rescore_drop_judged=drop)
+        config.getoption = lambda name, default=None, c=config: getattr(c.option, name, default)
+        config.pluginmanager = SimpleNamespace(register=lambda plugin, name, d=drop: registered.__setitem__(d, name))
+        state = SimpleNamespace(settings=SimpleNamespace(enabled=True, rescore=tmp_path / "runs"), evals=None,
+                                run_dir=SimpleNamespace(key=key, read_results=lambda: []))
+        judging.register(config, state)
+    assert registered == {False: "ponybench-kept-judgements"}

@@ -151,10 +151,17 @@ def test_what_each_judged_grader_needs_is_read_at_import(tmp_path):
     assert "is not a file in" in graders["outside"].problem
 
 
-def test_an_llm_grader_without_any_pass_example_is_named_and_a_judge_pair_gives_one(tmp_path):
+def test_an_llm_grader_of_a_plain_plugin_eval_case_runs_proven_on_its_fail_example_alone(tmp_path):
     graders = case_with(tmp_path, {"g": "---\ntype: llm\n---\nFriendly.\n",
                                    "r": "---\ntype: baseline\nreference: ref.jsonl\n---\n"}, reference="plain text\n")
-    assert "has no pass example to prove the judge on: add a `ponybench: {judge_pair:" in graders["g"].problem
+    # No ponybench block: the grader runs (issue 35 item 3); nothing made up stands for a pass.
+    assert graders["g"].problem == "" and graders["g"].pass_example is None
+    ask = asker(verdict(False))
+    assert jg.prove(ask, graders["g"], "ticket", "case") == (None, pytest.approx(0.01), 1)
+    assert jg.REFUSAL in ask.calls[0]  # the one request: an agent that did nothing, which must fail
+    problem, _, _ = jg.prove(asker(verdict(True)), graders["g"], "ticket", "case")
+    assert problem == ("case (grader g (llm), fail example): the judge said pass of the fail example (an agent "
+                       "that did nothing); it must fail it")
     # A baseline grader's reference is its own pass example: as good as the reference.
     assert graders["r"].pass_example == jg.Work("plain text\n") and not graders["r"].problem
 

@@ -217,12 +217,12 @@ def test_every_record_field_is_a_junit_property(main_runs):
         case = cases[cell_id]
         props = {p.name: p.value for p in case.child(junitparser.Properties)}
         assert props == {k: str(v) for k, v in record.items()}, cell_id
-        for key in ("task", "arm", "model", "correct", "safe", "total_loc", "cost_usd", "status"):
+        for key in ("task", "arm", "model", "correct", "safe", "robust", "robust_reason", "total_loc", "cost_usd", "status"):
             assert key in props
         assert case.is_passed == record["passed"]
     # An axis the task has no check on is not measured: JUnit says None, never 1.
     add = {p.name: p.value for p in cases["add__brief__haiku__0"].child(junitparser.Properties)}
-    assert add["safe"] == "None" and add["correct"] == "1"
+    assert add["safe"] == add["robust"] == "None" and add["correct"] == "1"
     ghost = cases["add__ghost__haiku__0"]
     assert "agent never ran properly (not_run)" in ghost.result[0].message
 
@@ -257,6 +257,7 @@ def test_summary_json_rows(main_runs):
     assert finished == {
         "task": "add", "arm": "brief", "model": "haiku", "n": 1, "cells": 1, "left_out": {},
         "safe_rate": None, "correct_rate": 1.0,  # the task has no safe check: not measured
+        "robust_rate": None,  # nor a robust one
         "wrote_file_rate": 1.0, "total_loc_median": 5, "total_loc_max": 5,
         "total_loc_median_all_cells": 5, "src_loc_median": 4,
         "src_files_median": 2, "wrote_tests_rate": 1.0, "cost_mean": 0.0123, "out_tokens_mean": 20,
@@ -280,11 +281,11 @@ def test_the_terminal_summary_table(main_runs):
     out = main_runs["n0"].stdout
     assert re.search(r"=+ ponybench summary =+", out)
     assert re.search(r"^add · haiku$", out, re.M) and re.search(r"^mul · haiku$", out, re.M)
-    assert re.search(r"^\s+arm\s+n\s+correct\s+safe\s+wrote code\s+LOC median\s+LOC, all cells\s+tokens\s+cost/cell$", out, re.M)
-    # safe '-': the task has no safe check, so it is not measured (never 1/1)
-    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+-\s+1/1 \(100%\)\s+5\s+5\s+132\s+\$0\.012$", out, re.M), out
+    assert re.search(r"^\s+arm\s+n\s+correct\s+safe\s+robust\s+wrote code\s+LOC median\s+LOC, all cells\s+tokens\s+cost/cell$", out, re.M)
+    # safe and robust '-': the task has no check on them, so they are not measured (never 1/1)
+    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+-\s+-\s+1/1 \(100%\)\s+5\s+5\s+132\s+\$0\.012$", out, re.M), out
     # Left out, as in summary.md and report.html: no rate, and the reason under the table.
-    assert re.search(r"^\s+ghost\s+0 \(\+1\)\s+-\s+-\s+-\s+-\s+-\s+-\s+-$", out, re.M), out
+    assert re.search(r"^\s+ghost\s+0 \(\+1\)\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-$", out, re.M), out
     assert re.search(r"^\s+Left out of every rate .*ghost: \+1 left out: 1 not_run", out, re.M), out
     assert f"ran {len(cells_of_main_project())} cells; kept in {main_runs['n0'].run_dir}" in out
 

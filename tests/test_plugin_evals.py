@@ -208,6 +208,10 @@ def evidence(tmp_path):
     ({"type": "tool_used", "tool": "Write", "max": 1}, False),
     ({"type": "tool_used", "tool": "Write", "input_match": r"slug\.py", "min": 1, "max": 1}, True),
     ({"type": "tool_used", "tool": "Edit", "min": 0, "max": 0}, True),
+    # Only a max: min is 0, as a user means it (`max: 0` alone forbids the tool).
+    ({"type": "tool_used", "tool": "Edit", "max": 0}, True),
+    ({"type": "tool_used", "tool": "Write", "max": 0}, False),
+    ({"type": "tool_used", "tool": "Write", "max": 2}, True),
     ({"type": "tool_order", "before": "Read", "after": "Write"}, True),
     ({"type": "tool_order", "before": {"tool": "Write", "input_match": "gone"},
       "after": {"tool": "Write", "input_match": "slug"}}, False),
@@ -233,6 +237,7 @@ def test_each_deterministic_grader_passes_and_fails_where_it_should(evidence, gr
     ({"type": "regex", "pattern": "x", "target": "diff"}, "target 'diff' must be"),
     ({"type": "tool_used"}, "needs a 'tool'"),
     ({"type": "tool_used", "tool": "Bash", "max": -1}, "'max' must be a whole number"),
+    ({"type": "tool_used", "tool": "Bash", "min": 2, "max": 1}, "'min' 2 is more than 'max' 1"),
     ({"type": "tool_order", "before": "Read"}, "'after' must be a tool name"),
     ({"type": "file_exists"}, "needs a 'path'"),
 ])
@@ -366,10 +371,10 @@ def test_an_imported_suite_runs_in_rehearsal_each_grader_kind_passing_and_failin
     assert {row["safe_rate"] for row in summary["rows"]} == {None}
     assert {row["correct_rate"] for row in summary["rows"]} <= {0.0, 1.0}
     # arm, n, correct, safe: safe is '-' in every row of the terminal, summary.md and report.html
-    rows = [line for line in report.splitlines()  # the cell tables' rows (8 columns)
+    rows = [line for line in report.splitlines()  # the cell tables' rows (9 columns)
             if line.startswith(("| tidy-plugin |", "| baseline (reference) |")) and line.split(" | ")[1] == "1"]
     assert len(rows) == 2 * len(cases) and all(line.split(" | ")[3] == "-" for line in rows), rows
-    assert len(re.findall(r"^\s+(?:tidy-plugin|baseline \(reference\))\s+1\s+[01]/1 \(\d+%\)\s+-\s+[01]/1",
+    assert len(re.findall(r"^\s+(?:tidy-plugin|baseline \(reference\))\s+1\s+[01]/1 \(\d+%\)\s+-\s+-\s+[01]/1",
                           done.stdout, re.M)) == 2 * len(cases), done.stdout
     page = (run_dir / "report.html").read_text()
     assert len(re.findall(r'<td class="num">1</td><td>[01]/1 \(\d+%\)</td><td>-</td>', page)) == 2 * len(cases)
@@ -413,6 +418,16 @@ def test_the_default_rehearsal_satisfies_file_regex_tool_used_and_file_exists_gr
     assert set(files) == {"notes/rehearsal.md"}
     assert files["notes/rehearsal.md"].count("TODO: tidy") == 2 and "# Notes\n" in files["notes/rehearsal.md"]
     assert "all tidy" in answer and "sorry" not in answer
+
+
+def test_a_read_only_case_with_max_0_alone_rehearses_without_writing_and_a_hint_names_who_needs_files():
+    forbid = {"name": "no-write", "type": "tool_used", "tool": "Write", "max": 0}
+    files, _, unsatisfied = plugin_evals.default_rehearsal([forbid])
+    assert (files, unsatisfied) == ({}, ())
+    # When another grader does need a file, the hint names that grader, not "the other graders".
+    files, _, unsatisfied = plugin_evals.default_rehearsal(
+        [{"name": "note", "type": "file_exists", "path": "notes/*.md"}, forbid])
+    assert unsatisfied == ("grader no-write (tool_used): grader(s) note need 1 written file(s), more than its max 0",)
 
 
 def test_a_grader_no_default_can_satisfy_is_named_with_the_block_that_fixes_it(tmp_path):
@@ -513,7 +528,8 @@ def test_a_suite_s_llm_and_baseline_graders_run_in_rehearsal_and_a_rescore_reuse
     assert "judged: judged grader not run: grader no-rubric (llm) has no rubric" in done.stdout
     # Proven on each grader's pass and fail examples before any cell: 3 graders, 2 requests each.
     assert re.search(r"ponybench: judge claude-sonnet-4-6 \(rubric \w+, fingerprint \w+, rehearsal:agree\): "
-                     r"proven on 3 judge pairs \(0 remembered, 6 requests", done.stdout), done.stdout
+                     r"proven on 3 judge pairs \(0 remembered, 6 requests, \$[\d.]+ \(simulated\)\)", done.stdout), done.stdout
+    assert re.search(r"judge cost \$[\d.]+ \(simulated\), apart from the agents' \$[\d.]+ \(simulated\)", done.stdout)
     assert "ponybench judged graders (claude plugin eval)" in done.stdout
     assert "tidy-plugin: 2 passed, 1 failed, 1 not judged" in done.stdout
     # Their cost is judge cost on the ledger, one line per cell, apart from the agents'.
@@ -532,6 +548,20 @@ def test_a_suite_s_llm_and_baseline_graders_run_in_rehearsal_and_a_rescore_reuse
     assert {c: {k: r[k] for k in keys} for c, r in rescored.items()} == {c: {k: r[k] for k in keys} for c, r in found.items()}
     assert all(r["graders_judge_reused"] for r in rescored.values())
 
+    # A plain rescore asks no judge and keeps the verdicts (issue 35 item 6); asked, it drops them.
+    plain = run(plugin, [f"--ponybench-rescore={run_dir}", f"--ponybench-plugin={plugin}",
+                         f"--ponybench-claude={claude_bin}", *QUIET], timeout=600)
+    assert plain.returncode == pytest.ExitCode.TESTS_FAILED, plain.stdout + plain.stderr
+    assert "ponybench: kept the judgements of 4 cell(s)" in plain.stdout, plain.stdout
+    kept = {r["cell"]: r for r in results(run_dir)}
+    assert {c: {k: r[k] for k in keys} for c, r in kept.items()} == {c: {k: r[k] for k in keys} for c, r in found.items()}
+    assert "- tidy-plugin: 2 passed, 1 failed, 1 not judged" in (run_dir / "summary.md").read_text()
+    dropped = run(plugin, [f"--ponybench-rescore={run_dir}", "--ponybench-rescore-drop-judged",
+                           f"--ponybench-plugin={plugin}", f"--ponybench-claude={claude_bin}", *QUIET], timeout=600)
+    assert dropped.returncode == pytest.ExitCode.TESTS_FAILED, dropped.stdout + dropped.stderr
+    assert not any(r.get("judged_graders") for r in results(run_dir))
+    assert "## Judged graders" not in (run_dir / "summary.md").read_text()
+
 
 def test_a_judge_failing_a_grader_s_pair_runs_no_grader(tmp_path, claude_bin):
     plugin = write_plugin(tmp_path / "tidy")
@@ -543,6 +573,8 @@ def test_a_judge_failing_a_grader_s_pair_runs_no_grader(tmp_path, claude_bin):
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr  # nothing delivered
     assert "NOT proven" in done.stdout and "idle (grader wrote (llm), pass example vs fail example): the judge said " \
                                            "fail of the pass example and pass of the fail example" in done.stdout
+    # The proof asks only about the selected case (-k idle), not the other case's 2 graders (issue 35 item 3).
+    assert "it ranked 1 of 1 judge pairs wrongly" in done.stdout, done.stdout
     (run_dir,) = [d for d in runs.iterdir() if d.is_dir()]
     for record in results(run_dir):
         assert record["judged_graders"] == "" and record["graders_not_run"] == "wrote (llm)"

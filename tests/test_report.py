@@ -78,19 +78,20 @@ def test_markdown_tables(tmp_path):
     assert "25 cells;" in md and "total cost $2.400" in md  # 24 cells x $0.10, one None
 
     header, rows = table_rows(md, "t1 · haiku")
-    assert header == ["arm", "n", "correct", "safe", "wrote code", "LOC median", "LOC, all cells", "tokens",
-                      "cost/cell"]
+    # robust '-': these tasks have no robust check (not measured, never a pass)
+    assert header == ["arm", "n", "correct", "safe", "robust", "wrote code", "LOC median", "LOC, all cells",
+                      "tokens", "cost/cell"]
     assert rows == [
-        ["baseline (reference)", "4", "0/4 (0%)", "4/4 (100%)", "4/4 (100%)", "110", "110", "-", "$0.100"],
-        ["terse", "4", "4/4 (100%)", "4/4 (100%)", "4/4 (100%)", "55", "55", "-", "$0.100"],
+        ["baseline (reference)", "4", "0/4 (0%)", "4/4 (100%)", "-", "4/4 (100%)", "110", "110", "-", "$0.100"],
+        ["terse", "4", "4/4 (100%)", "4/4 (100%)", "-", "4/4 (100%)", "55", "55", "-", "$0.100"],
     ]
     # A CLI error is the agent's failure under its arm: measured, and it failed.
     _, rows = table_rows(md, "t4 · haiku")
-    assert rows == [["terse", "1", "0/1 (0%)", "0/1 (0%)", "0/1 (0%)", "-", "-", "-", "-"]]
+    assert rows == [["terse", "1", "0/1 (0%)", "0/1 (0%)", "-", "0/1 (0%)", "-", "-", "-", "-"]]
 
     header, rows = table_rows(md, "Arms against `baseline`, per task (exploratory)")
-    assert header[4:9] == ["correct Δ [95% CI]", "p (BH)", "safe Δ [95% CI]", "p (BH)",
-                           "LOC ratio [95% CI]"]
+    assert header[4:11] == ["correct Δ [95% CI]", "p (BH)", "safe Δ [95% CI]", "p (BH)",
+                            "robust Δ [95% CI]", "p (BH)", "LOC ratio [95% CI]"]
     by_task = {row[0]: row for row in rows}
     # t1 correct 4/4 vs 0/4. Newcombe: Wilson(4/4) = [4/(4+z^2), 1] = [0.5101, 1],
     # Wilson(0/4) = [0, 0.4899]; low = 1 - sqrt(0.4899^2 + 0.4899^2) = 0.307 -> +31 pp.
@@ -98,18 +99,18 @@ def test_markdown_tables(tmp_path):
     # correct tests: t2 and t3 (4/4 against 4/4) cannot give p < 0.05 and are left out, so
     # the family is t1 alone: 0.0286 stays, and the interval excludes 0: a finding.
     # LOC: medians 55 / 110 = 0.5; resampled medians stay within 50..60 / 100..120.
-    assert by_task["t1"][4:9] == ["+100 pp [+31, +100]", "0.0286 (0.0286)", "+0 pp [-49, +49]",
-                                  "1 (1)", "0.50x [0.42, 0.60]"]
-    assert by_task["t1"][9] == "correct higher; LOC fewer lines"
+    assert by_task["t1"][4:11] == ["+100 pp [+31, +100]", "0.0286 (0.0286)", "+0 pp [-49, +49]",
+                                   "1 (1)", "-", "-", "0.50x [0.42, 0.60]"]
+    assert by_task["t1"][11] == "correct higher; LOC fewer lines"
     # t2, t3: every run of both sides has the same LOC: a ratio without an interval.
     no_spread = "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
-    assert by_task["t2"][8:10] == ["0.80x (no spread)", no_spread]
-    assert by_task["t3"][8:10] == ["1.00x (no spread)", no_spread]
+    assert by_task["t2"][10:12] == ["0.80x (no spread)", no_spread]
+    assert by_task["t3"][10:12] == ["1.00x (no spread)", no_spread]
     # Inconclusive at 4 runs: from a reference rate of 100% (or 0%), 35 runs per arm would
     # detect a 20 pp difference (worked out in test_stats.py's power tests).
-    assert by_task["t2"][10] == by_task["t3"][10] == "35"
+    assert by_task["t2"][12] == by_task["t3"][12] == "35"
     assert by_task["t4"][4] == "too few runs"
-    assert by_task["t4"][9] == "too few runs to conclude: terse 1, baseline 0 (need 3 per side)"
+    assert by_task["t4"][11] == "too few runs to conclude: terse 1, baseline 0 (need 3 per side)"
     assert "Benjamini-Hochberg" in md and "Holm" not in md and "Newcombe" in md
 
     _, rows = table_rows(md, "Arms against `baseline`, pooled over tasks")
@@ -119,9 +120,9 @@ def test_markdown_tables(tmp_path):
     # Terse correct 12 of 12: the Wilson floor 12 / (12 + z^2) = 0.757 (not [100%, 100%]).
     # Safe 12 of 12 on both sides: Newcombe [-(1 - 0.757), +(1 - 0.757)] = [-24, +24].
     (row,) = rows
-    assert row[:7] == ["haiku", "terse", "3", "100% [76%, 100%]", "+33 pp [+0, +100]",
-                       "100% [76%, 100%]", "+0 pp [-24, +24]"]
-    assert row[7].startswith("0.74x [")
+    assert row[:9] == ["haiku", "terse", "3", "100% [76%, 100%]", "+33 pp [+0, +100]",
+                       "100% [76%, 100%]", "+0 pp [-24, +24]", "-", "-"]
+    assert row[9].startswith("0.74x [")
 
     _, rows = table_rows(md, "Consistency")
     # pass^4: baseline C(0,4)/C(4,4) = 0 on t1, 1 on t2 and t3: 2/3; pass^1 the same here.
@@ -314,13 +315,13 @@ def test_an_axis_without_a_check_shows_no_rate_in_any_table(tmp_path):
     _, rows = table_rows(md, "Arms against `baseline`, per task (exploratory)")
     by_task = {row[0]: row for row in rows}
     assert by_task["t1"][6:8] == ["-", "-"]  # safe Δ and its p: nothing measured, no test
-    assert by_task["t2"][9] == "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
+    assert by_task["t2"][11] == "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
     # The answer per arm names no safe axis: nothing measured on it.
     assert "safe" not in md.split("## The answer per arm")[1].split("_Methods._")[0]
     _, (row,) = table_rows(md, "Arms against `baseline`, pooled over tasks")
     assert row[5:7] == ["-", "-"]
     page = (run_dir / "report.html").read_text()
-    assert "<td>1</td><td>-</td>" in page  # the cells table: correct 1, safe '-'
+    assert "<td>1</td><td>-</td><td>-</td>" in page  # the cells table: correct 1, safe and robust '-'
     assert "None" not in page
 
 

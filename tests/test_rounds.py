@@ -2,9 +2,9 @@
 records, and the plan's arithmetic."""
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
+from pytest_ponybench.reports import power
 from pytest_ponybench.run import rounds
 from pytest_ponybench.reports.intervals import runs_to_detect
 
@@ -38,10 +38,36 @@ def test_decisions_name_each_comparison_its_round_and_reason():
     assert all(c.verdict == "undecided" for c in early)
 
 
-def test_loc_runs_is_the_two_sample_normal_formula():
-    n = rounds.loc_runs(0.5, 1.25, alpha=0.05, power=0.8)
-    expected = 2 * (1.959964 + 0.841621) ** 2 * 0.25 / math.log(1.25) ** 2
-    assert n == math.ceil(expected)
+def test_an_unsafe_but_otherwise_correct_arm_stops_before_the_cap():
+    # Rounds simulated at unit level: before each round, the decisions on the rounds before it.
+    # The arm writes correct but unsafe code every round; "equivalent" on correct cannot be
+    # reached before round 51, so waiting for every axis would run it to the cap.
+    cap = 20
+    records = [rec("baseline", i, 1) for i in range(cap)] + [rec("unsafe", i, 1, safe=0) for i in range(cap)]
+    ran = 0
+    for round_ in range(cap):
+        verdicts = {c.axis: c.verdict for c in rounds.decisions(records, "baseline", 0.05, 0.1, before=round_)}
+        if round_ and not rounds.still_open(verdicts):
+            break
+        ran += 1
+    assert ran < cap, ran
+    assert verdicts == {"correct": "undecided", "safe": "arm worse"}
+    final = {c.axis: c for c in rounds.decisions([r for r in records if r["run"] < ran], "baseline", 0.05, 0.1)}
+    assert final["correct"].reason.startswith("stopped with its arm, worse on safe at round")
+    # An arm with nothing decided worse keeps running while any axis is undecided.
+    assert rounds.still_open({"correct": "undecided", "safe": "arm better"}) == ["correct"]
+    assert rounds.still_open({"correct": "equivalent", "safe": "arm better"}) == []
+
+
+def test_the_earliest_equivalence_round_is_stated_with_a_warning_below_it():
+    short = rounds.equivalence_note(0.05, 0.1, 20)
+    assert "round 51 at the earliest" in short and "WARNING: the cap of 20 rounds is below it" in short
+    assert "WARNING" not in rounds.equivalence_note(0.05, 0.1, 60)
+    # Every pair equal is the fastest way to equivalence: round 51 decides it, round 50 not.
+    assert rounds._seq().decide([0.0] * 51).verdict == "equivalent"
+    assert rounds._seq().decide([0.0] * 50).verdict == "undecided"
+    assert "120 comparisons, each at alpha 0.05" in rounds.family_note(120, 0.05)
+    assert "at most 1 (Bonferroni)" in rounds.family_note(120, 0.05)
 
 
 def test_plan_totals_take_the_largest_axis_times_the_arms_and_the_cost_per_cell():
@@ -53,7 +79,10 @@ def test_plan_totals_take_the_largest_axis_times_the_arms_and_the_cost_per_cell(
     rows = rounds.plan_rows([(task, "haiku")], s, earlier)
     by_axis = {r.axis: r for r in rows}
     assert by_axis["correct"].reference_value == 0.8 and by_axis["correct"].source == "earlier runs (10)"
-    assert by_axis["correct"].fixed_runs == runs_to_detect(0.8, 0.2, confidence=0.95, power=0.8)
+    # Sized for Fisher's test at alpha / 3 (the task's correct, safe and LOC tests), the drop.
+    assert (by_axis["correct"].fixed_runs, by_axis["correct"].direction) == \
+        (power.rate_runs(0.8, 0.2, 0.05 / 3, 0.8).runs, "drop")
+    assert by_axis["correct"].fixed_runs > runs_to_detect(0.8, 0.2, confidence=0.95, power=0.8)
     lines = rounds.plan_lines(rows, {("t", "haiku"): ["baseline", "x", "y"]}, {("t", "haiku"): 0.1}, s, False)
     fixed = max(r.fixed_runs for r in rows)
     assert f"fixed design: {fixed * 3} cells, ${fixed * 3 * 0.1:,.2f} USD" in "\n".join(lines)

@@ -78,7 +78,8 @@ def test_until_decided_stops_the_clear_comparison_and_runs_the_open_one_to_the_c
     text = plan.stdout.str()
     assert not (root / "runs").exists() or not any((root / "runs").iterdir()), "a plan made a run"
     fixed = int(re.search(r"fixed design: (\d+) cells", text).group(1))
-    assert "Waudby-Smith & Ramdas 2024" in text and "Fleiss" in text
+    assert "Waudby-Smith & Ramdas 2024" in text and "exact power of Fisher's two-sided test" in text
+    assert "can be reached at round" in text
 
     result = run(pytester, claude_bin, "--ponybench-until-decided", "--ponybench-max-runs", str(MAX_RUNS))
     out = result.stdout.str()

@@ -78,7 +78,7 @@ def test_equivalence_is_wrongly_declared_at_most_alpha_when_the_difference_sits_
 def test_power_at_the_planned_cap_is_what_the_plan_claims(p_reference, difference):
     plan = seq.plan_rounds(p_reference, difference, power=0.8, alpha=ALPHA)
     assert plan.cap is not None
-    p_arm = p_reference + difference if p_reference + difference <= 1 else p_reference - difference
+    p_arm = plan.p_arm
     # Fresh experiments (another seed than the plan's), through the same decision code.
     arm, ref = seq.simulate_outcomes(p_arm, p_reference, EXPERIMENTS, plan.cap, seed=99)
     side = seq.BETTER if p_arm > p_reference else seq.WORSE
@@ -87,6 +87,11 @@ def test_power_at_the_planned_cap_is_what_the_plan_claims(p_reference, differenc
     assert abs(power - 0.8) <= 3 * se + 0.01, (plan, power)
     # The sequential design stops earlier than its cap on average.
     assert plan.mean_rounds < plan.cap
+    # Sized for the harder direction: at 80% a drop to 60%, not a rise to 100%.
+    if p_reference == 0.8:
+        assert p_arm == pytest.approx(0.6)
+        assert plan.cap > seq._plan_one(0.8, 1.0, 0.8, ALPHA, seq.MARGIN, 400, seq.PLAN_EXPERIMENTS,
+                                        seq.PLAN_SEED).cap
 
 
 def pooled_z_power(p1: float, p2: float, n: int, seed: int) -> float:

@@ -160,6 +160,20 @@ def test_a_check_on_an_unknown_axis(tmp_path):
     assert "field 'checks.speed'" in error_of(tmp_path, {**GOOD, "checks": {**GOOD["checks"], "speed": "pass"}})
 
 
+def test_a_robust_check_loads_beside_correct_and_is_named_in_review(tmp_path):
+    robust = ("@check\ndef huge_numbers():\n    assert load(FILE).add(1e308, 1e308) == float('inf')\n")
+    task = load(tmp_path, {**GOOD, "checks": {**GOOD["checks"], "robust": robust},
+                           "review": [{"requirement": "adds the far edges of floats", "check": "robust.huge_numbers"}]})
+    assert task.checks["robust"] == robust and task.review[0].checks == ("robust.huge_numbers",)
+    assert spec.AXES == ("correct", "safe", "robust") and spec.PASS_AXES == ("correct", "safe")
+
+
+def test_a_bad_reference_is_never_caught_on_robust_alone(tmp_path):
+    content = {**GOOD, "checks": {**GOOD["checks"], "robust": "pass\n"}, "refs": {**GOOD["refs"], "axis": "robust"}}
+    message = error_of(tmp_path, content)
+    assert "field 'refs.axis'" in message and "use correct or safe" in message
+
+
 def test_checks_without_refs(tmp_path):
     content = {k: v for k, v in GOOD.items() if k != "refs"}
     message = error_of(tmp_path, content)

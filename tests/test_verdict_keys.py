@@ -1,7 +1,8 @@
 """Verdicts are content-addressed (cell/lifecycle.judged, scoring/fingerprint.py): a rescore or
 a resume reuses a cell's kept verdicts while its workspace files, its task's checks, the
 harness and the deciding library versions are all unchanged, and judges again what changed.
-The check runner is counted: a reused verdict runs no check."""
+The check runner is counted: a reused verdict runs no check. The deciding libraries are pinned,
+installed at their pins, and draw the same inputs every time (issue 34, deterministic verdicts)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -173,3 +174,47 @@ def test_a_copy_on_another_host_has_the_same_key(tmp_path):
     (ws / "mod.py").chmod(0o644)
     (fixture / "app" / "core.py").write_text("X = 2\n")
     assert cell.verdict_key(retask(c, tmp_path, task).task, ws) != before
+
+
+# --------------------------------------------------------------------------- pinned deciding libraries
+
+
+def pins() -> dict[str, str]:
+    """{name: version} of pyproject.toml's dependencies pinned with '=='."""
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    return dict(dep.split("==", 1) for dep in project["dependencies"] if "==" in dep)
+
+
+def test_every_deciding_library_is_pinned_and_installed_at_its_pin():
+    """The red team's verdicts (test_redteam.py) hold under the installed libraries; with
+    these equal to the pins, and the pins in every verdict key, a verdict depends only on
+    pinned versions: another machine with another version judges afresh, never reuses."""
+    pinned, installed = pins(), fingerprint.library_versions()
+    for name in fingerprint.DECIDING_LIBRARIES:
+        assert name in pinned, f"{name} decides verdicts but pyproject.toml does not pin it with =="
+        assert installed[name] == pinned[name], (f"{name} {installed[name]} is installed, {pinned[name]} "
+                                                 f"pinned: verdicts here may differ from CI's")
+
+
+def test_a_differential_check_draws_the_same_inputs_every_time():
+    """sql_lookup's red-team case that quotes SQL with repr() passed under one Hypothesis and
+    failed under another, by what was drawn: within one version every input drawn, in order,
+    is the same on every call (derandomized, no example database)."""
+    from hypothesis import strategies as st
+
+    from pytest_ponybench.scoring import checklib
+
+    def drawn() -> list[str]:
+        seen: list[str] = []
+
+        def delivered(name):
+            seen.append(name)
+            return name.upper()
+
+        checklib.differential(delivered, str.upper, st.text(alphabet="a'\" -", max_size=8), examples=50)
+        return seen
+
+    first = drawn()
+    assert len(set(first)) > 10 and drawn() == first

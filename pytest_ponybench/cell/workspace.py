@@ -16,6 +16,7 @@ from pathlib import Path
 from pytest_ponybench.cell import beside
 from pytest_ponybench.specs.spec import HARNESS_PREFIX, TaskSpec
 from pytest_ponybench.store import snapshot as harness_snapshot
+from pytest_ponybench.store import tree
 from pytest_ponybench.store.rundir import read_record, records_dir, write_record
 
 # In the workspace once the CLI's tree is gone: what the CLI printed (kept for scoring).
@@ -50,8 +51,8 @@ def _skipped(name: str) -> bool:
 def copy_fixture(source: Path, workspace: Path) -> list[str]:
     shutil.copytree(source, workspace, dirs_exist_ok=True, symlinks=True,
                     ignore=lambda _dir, names: [n for n in names if _skipped(n)])
-    return sorted(p.relative_to(workspace).as_posix() for p in workspace.rglob("*")
-                  if p.is_file() and not p.name.startswith(HARNESS_PREFIX))
+    return sorted(rel for rel, entry in tree.walk(workspace)
+                  if entry.is_file(follow_symlinks=False) and not entry.name.startswith(HARNESS_PREFIX))
 
 
 def write_files(workspace: Path, files: dict[str, str]) -> None:
@@ -254,46 +255,37 @@ def remove_uncopyable(workspace: Path) -> str:
     such an entry made the copy for checks, the walk of metrics or the removal of a rerun
     raise, and the paid cell was `interrupted`, again at every resume. "" when nothing was.
 
-    One walk without recursion; no link is followed."""
+    One walk (store.tree), no link followed."""
     ws = Path(workspace)
     if ws.is_symlink() or not ws.is_dir():  # a link put in its place: never walk (and prune) its target
         return ""
     real = os.path.realpath(ws)
     named: list[str] = []
     count = 0
-    pending = [""]  # folders to look into, relative to the workspace
-    while pending:
-        folder = pending.pop()
+    for rel, entry in tree.walk(ws):
         try:
-            entries = list(os.scandir(ws / folder if folder else ws))
-        except OSError:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:  # gone since the listing
             continue
-        for entry in entries:
-            rel = f"{folder}/{entry.name}" if folder else entry.name
-            try:
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except OSError:
-                continue
-            why = None
-            if rel.count("/") >= MAX_DEPTH or len(rel.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
-                why = f"deeper than {MAX_DEPTH} folders or a path over {MAX_PATH_BYTES} bytes"
-            elif stat.S_ISLNK(mode):
-                target = os.path.realpath(entry.path)
-                if target != real and not target.startswith(real + os.sep):
-                    why = "a link that leads outside the workspace"
-            else:
-                why = _special_kind(mode)
-            if why is None:
-                if stat.S_ISDIR(mode):
-                    pending.append(rel)
-                continue
-            if stat.S_ISDIR(mode):
-                remove_tree(Path(entry.path))
-            else:
-                os.unlink(entry.path)
-            count += 1
-            if len(named) < NAMED_AT_MOST:
-                named.append(f"{_short(rel)}: {why}")
+        why = None
+        if rel.count("/") >= MAX_DEPTH or len(rel.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+            why = f"deeper than {MAX_DEPTH} folders or a path over {MAX_PATH_BYTES} bytes"
+        elif stat.S_ISLNK(st.st_mode):
+            target = os.path.realpath(entry.path)
+            if target != real and not target.startswith(real + os.sep):
+                why = "a link that leads outside the workspace"
+        else:
+            why = _special_kind(st.st_mode)
+        if why is None:
+            continue
+        # Removed before the walk would enter it: a removed folder is not walked.
+        if stat.S_ISDIR(st.st_mode):
+            remove_tree(Path(entry.path))
+        else:
+            os.unlink(entry.path)
+        count += 1
+        if len(named) < NAMED_AT_MOST:
+            named.append(f"{_short(rel)}: {why}")
     if count > len(named):
         named.append(f"and {count - len(named)} more")
     return "; ".join(named)

@@ -1,7 +1,7 @@
 """Prove the instruments before spending.
 
-Every gated task ships a good and a bad reference: the good one must pass every check, the
-bad one must be caught on its axis and pass the others. The harness's own instruments are proven too: plugin
+Every gated task ships a good and a bad reference: the good one must pass every check (robust
+too), the bad one must be caught on its axis and pass the other pass/fail axis. The harness's own instruments are proven too: plugin
 directory resolution and the process-tree kill. `pytest -m selftest` shows each proof as a
 test; `pytest --ponybench` runs them all first and refuses to start a cell if one fails.
 
@@ -28,7 +28,7 @@ from pytest_ponybench.cell import lifecycle as cell, workspace
 from pytest_ponybench.processes import procs
 # The keys a proof is remembered by, shared with a cell's verdicts (scoring/fingerprint.py).
 from pytest_ponybench.scoring.fingerprint import fixture_fingerprint, harness_fingerprint, proof_key
-from pytest_ponybench.specs.spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
+from pytest_ponybench.specs.spec import PASS_AXES, ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
 
 
 def prove_reference(task: TaskSpec, side: str) -> str | None:
@@ -43,9 +43,12 @@ def prove_reference(task: TaskSpec, side: str) -> str | None:
         return f"{task.path}: the good reference fails its checks ({'; '.join(failed)})" if failed else None
     if verdicts[refs.axis].ok:
         return f"{task.path}: the bad reference passes the {refs.axis} check, so the check cannot catch it"
-    # The bad reference is the lazy-but-plausible version: it must pass every other axis, so a
-    # check that crashes on everything cannot pass for one that catches the mistake.
-    others = [f"{axis}: {v.reason}" for axis, v in verdicts.items() if axis != refs.axis and not v.ok]
+    # The bad reference is the lazy-but-plausible version: it must pass the other pass/fail
+    # axis, so a check that crashes on everything cannot pass for one that catches the mistake.
+    # Not robust: lazy code may well lack what the ticket never asked for, and the good
+    # reference passing robust already proves its checks do not fail everything.
+    others = [f"{axis}: {v.reason}" for axis, v in verdicts.items()
+              if axis != refs.axis and axis in PASS_AXES and not v.ok]
     if others:
         return f"{task.path}: the bad reference should fail only on {refs.axis}, but also fails {'; '.join(others)}"
     return None

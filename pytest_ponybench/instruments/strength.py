@@ -3,7 +3,7 @@
 A task's refs prove one lazy mistake each way. Its variants file, `tests/variants/<task>.yaml`,
 holds more: `caught` variants (each a plausible implementation with one mistake, which must
 fail its `axis`) and `accepted` ones (independent correct implementations, which must pass
-every check). A variant is judged exactly like a reference: seeded into a temporary workspace
+correct and safe; robust is what the ticket never asked for, so a fine one may fail it). A variant is judged exactly like a reference: seeded into a temporary workspace
 with `workspace.seed`, scored with `checks.run_checks`, plus the task's forbidden edits.
 
     caught:
@@ -34,7 +34,7 @@ import yaml
 
 from pytest_ponybench.cell import lifecycle as cell, workspace
 from pytest_ponybench.scoring import checks
-from pytest_ponybench.specs.spec import AXES, SpecError, TaskSpec, check_relative, load_task
+from pytest_ponybench.specs.spec import AXES, PASS_AXES, SpecError, TaskSpec, check_relative, load_task
 
 VARIANTS_DIR = Path("tests") / "variants"  # under the rootdir
 SECTIONS = ("caught", "accepted")
@@ -68,17 +68,18 @@ class Judgement:
 
     @property
     def held(self) -> bool:
-        """A caught variant failed its axis; an accepted one passed every check."""
+        """A caught variant failed its axis; an accepted one passed correct and safe."""
         if self.variant.kind == "caught":
             return not self.verdicts[self.variant.axis].ok
-        return all(v.ok for v in self.verdicts.values())
+        return all(v.ok for axis, v in self.verdicts.items() if axis in PASS_AXES)
 
     @property
     def other_failures(self) -> dict[str, str]:
-        """Caught variants: the axes besides its own that it failed too (with reasons)."""
+        """Caught variants: the pass/fail axes besides its own that it failed too (with reasons)."""
         if self.variant.kind != "caught":
             return {}
-        return {axis: v.reason for axis, v in self.verdicts.items() if axis != self.variant.axis and not v.ok}
+        return {axis: v.reason for axis, v in self.verdicts.items()
+                if axis != self.variant.axis and axis in PASS_AXES and not v.ok}
 
 
 def _problem(path: Path, where: str, message: str) -> SpecError:

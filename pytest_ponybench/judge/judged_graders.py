@@ -21,6 +21,10 @@ Proven before it counts, like the axes: each grader's pair is a pass example (th
 `ponybench: {judge_pair: {pass: ...}}`, else its `ponybench: rehearsal:` block, else, for a
 `baseline` grader, the reference transcript itself) and a fail example (`judge_pair.fail`,
 else an agent that did nothing and says so). The judge must pass the first and fail the second.
+A case written for `claude plugin eval` alone has no pass example for an `llm` grader, and no
+work can be made up that surely meets any rubric: its judge is proven on the fail example
+alone (it must not pass an agent that did nothing), and the proof line says how many pairs
+had no pass side.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_ponybench.judge import judge
+from pytest_ponybench.store import tree
 
 KINDS = ("llm", "baseline")
 VOTES = 3  # `claude plugin eval`'s rule: a judged grader passes on 2 of 3 votes
@@ -177,9 +182,6 @@ def from_grader(grader: dict, case_dir: Path, raw_case: dict) -> JudgedGrader:
                 reference = transcript_text(path.read_text(encoding="utf-8", errors="replace"))
                 # The reference itself is as good as the reference: the default pass example.
                 pass_example = pass_example or Work(reference)
-    if not problem and pass_example is None:
-        problem = (f"grader {name} ({kind}) has no pass example to prove the judge on: add a "
-                   f"`ponybench: {{judge_pair: {{pass: {{answer: ..., files: {{...}}}}}}}}` block to the case.yaml")
     return JudgedGrader(name, kind, rubric, reference, problem, pass_example, fail_example)
 
 
@@ -288,18 +290,21 @@ def judge_grader(ask, grader: JudgedGrader, ticket: str, work: Work, votes: int 
 
 def prove(ask, grader: JudgedGrader, ticket: str, task_name: str) -> tuple[str | None, float, int]:
     """(None when the judge passes the grader's pass example and fails its fail example, else
-    one sentence; the cost; the requests). One vote each, as the axes' pairs."""
-    assert grader.pass_example is not None  # from_grader gives one to every grader without a problem
-    good = judge_grader(ask, grader, ticket, grader.pass_example, 1)
+    one sentence; the cost; the requests). One vote each, as the axes' pairs. Without a pass
+    example, only the fail example is asked (see the module's docstring)."""
+    good = judge_grader(ask, grader, ticket, grader.pass_example, 1) if grader.pass_example is not None else None
     bad = judge_grader(ask, grader, ticket, grader.fail_example, 1)
-    cost, requests = good.cost_usd + bad.cost_usd, good.requests + bad.requests
-    where = f"{task_name} (grader {grader.label}, pass example vs fail example)"
-    for verdict in (good, bad):
+    cost, requests = bad.cost_usd + (good.cost_usd if good else 0.0), bad.requests + (good.requests if good else 0)
+    where = f"{task_name} (grader {grader.label}, " + ("pass example vs fail example)" if good else "fail example)")
+    for verdict in (good, bad) if good else (bad,):
         if verdict.status != judge.JUDGE_STATUS_OK or not verdict.votes or verdict.votes[0] is None:
             status = verdict.status if verdict.status != judge.JUDGE_STATUS_OK else "not judged: a malformed answer"
             return f"{where}: {status}", cost, requests
-    if good.votes[0] is True and bad.votes[0] is False:
+    if (good is None or good.votes[0] is True) and bad.votes[0] is False:
         return None, cost, requests
+    if good is None:
+        return f"{where}: the judge said pass of the fail example (an agent that did nothing); it must fail it", \
+            cost, requests
     return (f"{where}: the judge said {'pass' if good.votes[0] else 'fail'} of the pass example and "
             f"{'pass' if bad.votes[0] else 'fail'} of the fail example; it must pass the first and fail the second"), \
         cost, requests
@@ -317,16 +322,12 @@ def cell_work(task, ws: Path, key: bytes | None, answer: str | None) -> Work:
     ws = Path(ws)
     seeded = workspace.seed_manifest(ws, task.seed, key)
     listed = []
-    for dirpath, dirnames, filenames in os.walk(ws):  # links to folders are not entered
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            rel = str(path.relative_to(ws))
-            if name.startswith(("_ponybench", ".")):
-                continue
-            if seeded.get(rel) is not None and seeded[rel] == metrics._digest_file(path):
-                continue
-            listed.append(rel)  # links and special files too: read_files names them, never follows or opens them
+    for rel, entry in tree.walk(ws, lambda rel, name: name.startswith((".", "_ponybench"))):
+        if entry.is_dir(follow_symlinks=False):
+            continue
+        if seeded.get(rel) is not None and seeded[rel] == metrics._digest_file(Path(entry.path)):
+            continue
+        listed.append(rel)  # links and special files too: read_files names them, never follows or opens them
     files = list(judge.read_files(ws, listed).items())
     return Work(answer if isinstance(answer, str) else "", tuple(files))
 

@@ -30,6 +30,7 @@ from pytest_ponybench.reports import intervals, stats, tables
 from pytest_ponybench.reports.stats import Estimate, PairStats, PooledStats
 from pytest_ponybench.specs.argtypes import parse_number
 from pytest_ponybench.store.rundir import RESULTS
+from pytest_ponybench.store.record import AXES
 
 SUMMARY = "summary.json"
 LABELS = ("new", "old")
@@ -126,6 +127,7 @@ class GroupChange:
     tasks_new: int
     correct_rate_new: Estimate  # over all tasks of the new run
     safe_rate_new: Estimate
+    robust_rate_new: Estimate
     changes: PooledStats | None  # over the tasks both runs have; None when they share none
 
 
@@ -191,8 +193,7 @@ def compare_runs(old, new, *, min_runs: int = stats.MIN_RUNS, min_tasks: int = 1
                                   min_runs=min_runs, n_boot=n_boot, seed=seed,
                                   confidence=confidence, labels=LABELS)
         comparison.cells.append(CellChange(task, arm, model, pair))
-    stats.apply_holm([e for c in comparison.cells
-                      for e in (c.stats.correct_diff, c.stats.safe_diff)], 1 - confidence)
+    stats.apply_holm_by_family(comparison.cells, 1 - confidence)
 
     for (arm, model), group_records in stats.group_by(new_records, "arm", "model").items():
         new_by_task = {task: cells for (task, a, m), cells in new_cells.items()
@@ -208,7 +209,7 @@ def compare_runs(old, new, *, min_runs: int = stats.MIN_RUNS, min_tasks: int = 1
                                         min_tasks=min_tasks, n_boot=n_boot, seed=seed,
                                         confidence=confidence) if pairs else None)
         comparison.groups.append(GroupChange(arm, model, len(new_by_task), level("correct"),
-                                             level("safe"), changes))
+                                             level("safe"), level("robust"), changes))
     return comparison
 
 
@@ -218,12 +219,15 @@ def compare_runs(old, new, *, min_runs: int = stats.MIN_RUNS, min_tasks: int = 1
 @dataclass
 class Gates:
     """CI rules. Rates are fractions (0.9 = 90%); drops are in rate units (0.1 = 10
-    percentage points); the LOC increase is in percent. None means the rule is off."""
+    percentage points); the LOC increase is in percent. None means the rule is off (robust's
+    too, by default: it fails no cell, and a gate on it is a choice)."""
 
     min_safe_rate: float | None = None
     min_correct_rate: float | None = None
+    min_robust_rate: float | None = None
     max_safe_drop: float | None = None
     max_correct_drop: float | None = None
+    max_robust_drop: float | None = None
     max_loc_increase: float | None = None
 
     def any(self) -> bool:
@@ -246,8 +250,8 @@ def evaluate_gates(comparison: Comparison, gates: Gates) -> tuple[list[str], lis
     failures, unevaluated = [], []
     for group in comparison.groups:
         where = f"{group.arm} / {group.model}"
-        for metric, minimum, rate in (("safe", gates.min_safe_rate, group.safe_rate_new),
-                                      ("correct", gates.min_correct_rate, group.correct_rate_new)):
+        for metric in AXES:
+            minimum, rate = getattr(gates, f"min_{metric}_rate"), getattr(group, f"{metric}_rate_new")
             if minimum is None:
                 continue
             if rate.value is None:
@@ -258,9 +262,9 @@ def evaluate_gates(comparison: Comparison, gates: Gates) -> tuple[list[str], lis
                     f"(mean over {group.tasks_new} tasks of the new run) is below the minimum "
                     f"{minimum:.0%}")
         changes = group.changes
-        for metric, allowed, change in (("safe", gates.max_safe_drop, changes.safe_diff if changes else None),
-                                        ("correct", gates.max_correct_drop,
-                                         changes.correct_diff if changes else None)):
+        for metric in AXES:
+            allowed = getattr(gates, f"max_{metric}_drop")
+            change = getattr(changes, f"{metric}_diff") if changes else None
             if allowed is None:
                 continue
             if changes is None or change is None or change.value is None:
@@ -385,6 +389,11 @@ def parser() -> argparse.ArgumentParser:
                         "points) and the fall's interval excludes zero")
     g.add_argument("--max-correct-drop", type=fraction, metavar="RATE",
                    help="the same for the correct rate")
+    g.add_argument("--min-robust-rate", type=fraction, metavar="RATE",
+                   help="fail when the new run's robust rate (mean over tasks) is below RATE; off by "
+                        "default: robust (beyond the ticket) fails no cell")
+    g.add_argument("--max-robust-drop", type=fraction, metavar="RATE",
+                   help="the same drop rule for the robust rate; off by default")
     g.add_argument("--max-loc-increase", type=percent, metavar="PERCENT",
                    help="fail when LOC rose by more than PERCENT and the rise's interval "
                         "excludes zero")
@@ -409,9 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser().parse_args(argv)
     except SystemExit as exit_:  # argparse: 2 for a bad value, 0 for --help
         return int(exit_.code or 0)
-    gates = Gates(min_safe_rate=args.min_safe_rate, min_correct_rate=args.min_correct_rate,
-                  max_safe_drop=args.max_safe_drop, max_correct_drop=args.max_correct_drop,
-                  max_loc_increase=args.max_loc_increase)
+    gates = Gates(**{name: getattr(args, name) for name in Gates.__dataclass_fields__})
     try:
         comparison = compare_runs(args.old_run, args.new_run,
                                   allow_rehearsal_mix=args.allow_rehearsal_mix)
@@ -426,14 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_comparison(comparison, gates, allow_unevaluated=args.allow_unevaluated), end="")
     from pytest_ponybench.reports import judge_gates
 
-    judged_failed, judged_unevaluated = judge_gates.evaluate(
-        load_records(args.old_run), load_records(args.new_run), args.max_over_engineering_increase,
-        args.max_incomplete_rate, args.judge_calibration)
-    graders_failed, graders_unevaluated = judge_gates.evaluate_graders(
-        load_records(args.new_run), args.min_judged_grader_pass_rate, args.judge_calibration)
-    judged_failed += graders_failed
-    judged_unevaluated += graders_unevaluated
-    for title, found in (("Judged gates failed", judged_failed), ("Judged gates not evaluated", judged_unevaluated)):
+    judged_failed, judged_unevaluated, judged_passed = judge_gates.evaluate_all(
+        load_records(args.old_run), load_records(args.new_run), args)
+    for title, found in (("Judged gates passed", judged_passed), ("Judged gates failed", judged_failed),
+                         ("Judged gates not evaluated", judged_unevaluated)):
         if found:
             print(f"{title}:\n" + "".join(f"  - {line}\n" for line in found), end="")
     judged_bad = judged_failed + ([] if args.allow_unevaluated else judged_unevaluated)

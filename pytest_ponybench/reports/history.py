@@ -1,7 +1,7 @@
 """Every figure over time: ``ponybench-history RUN_DIR... [--out DIR]``.
 
 Reads many kept runs (run directories, or folders holding them) and gives, per task x arm x
-model, each run's correct rate, safe rate, median LOC and cost per cell, in date order, with
+model, each run's correct, safe and robust rates, median LOC and cost per cell, in date order, with
 the CLI version and model id each run used. Runs that would mislead are left out and named:
 rehearsals (a scripted model), runs the budget cut short (cells skipped with "budget
 reached"), and runs with more than a fifth of their cells infra errors.
@@ -9,7 +9,12 @@ reached"), and runs with more than a fifth of their cells infra errors.
 A figure "left its historical range" when the interval of its change against all earlier
 included runs of the same task x arm x model excludes no change: Newcombe's interval for a
 rate difference (this run minus the earlier runs pooled), a seeded percentile bootstrap for
-the ratio of median LOC. Each flag prints the interval, not a bare delta.
+the ratio of median LOC. Each flag prints the interval, not a bare delta. A history makes
+hundreds of such tests (every point of every series), so a point is flagged only where its
+test also survives Benjamini-Hochberg over every drift test of the history (Fisher's exact
+p for rates, the Mann-Whitney U test for LOC) at 1 - CONFIDENCE: in a stable history the
+chance of any flag at all is at most that, where 99% intervals alone flagged about 28 points
+of 20 tasks x 4 arms x 10 runs.
 
 Output: a table in the terminal, and summary.md and report.html (a plot per figure, needs
 matplotlib) in ``--out``. Exit status 0, or 2 on bad input (a folder that holds no run, an
@@ -33,8 +38,10 @@ from pytest_ponybench.specs.argtypes import parse_number
 from pytest_ponybench.store import record as records_
 from pytest_ponybench.store.rundir import RESULTS, SUMMARY, write_atomic
 
-FIGURES = ("correct", "safe", "loc", "cost")
+FIGURES = (*records_.AXES, "loc", "cost")
 CONFIDENCE = 0.99  # many runs x figures are looked at: a stricter interval keeps false flags rare
+BH = (f"Benjamini-Hochberg q <= {1 - CONFIDENCE:.2g} over every drift test of the history (Fisher's exact p "
+      f"for rates, the Mann-Whitney U test for LOC)")
 MIN_EARLIER = 2  # earlier included runs a figure needs before it can be flagged
 
 
@@ -120,7 +127,7 @@ def read_run(path: Path, infra_share: float = records_.INFRA_LOUD_SHARE) -> Run:
 def figure_of(records: Sequence[dict], figure: str, key: tuple[str, ...]) -> tuple[int, float | None, float | None, float | None, list]:
     """(n, value, low, high, raw values) of one figure over one run's cells of a task x arm x model."""
     measured = [r for r in records if records_.is_measured(r)]
-    if figure in ("correct", "safe"):
+    if figure in records_.AXES:
         values = [int(r[figure]) for r in measured if r.get(figure) is not None]
         if not values:
             return 0, None, None, None, []
@@ -137,32 +144,54 @@ def figure_of(records: Sequence[dict], figure: str, key: tuple[str, ...]) -> tup
     return len(costs), sum(costs) / len(costs), None, None, costs
 
 
-def drift(figure: str, values: list, earlier: list, key: tuple[str, ...]) -> str:
-    """The flag of a figure whose change against the earlier runs pooled has an interval that
-    excludes no change, or ""."""
-    if figure in ("correct", "safe"):
+def loc_p(values: list, earlier: list) -> float:
+    """p-value of "LOC did not move": the Mann-Whitney U test of this run's values against the
+    earlier runs', two-sided, normal approximation with the tie correction and a continuity
+    correction. Not the bootstrap's own p: with 4 runs a bootstrapped median has so few values
+    that it puts all its resamples on one side of 1 by chance (p = 0 in a stable history)."""
+    from collections import Counter
+    from statistics import NormalDist
+
+    n1, n2 = len(values), len(earlier)
+    u = sum((v > w) + 0.5 * (v == w) for v in values for w in earlier)
+    total = n1 + n2
+    ties = sum(t ** 3 - t for t in Counter(list(values) + list(earlier)).values())
+    variance = n1 * n2 / 12 * ((total + 1) - ties / (total * (total - 1)))
+    if variance <= 0:
+        return 1.0
+    z = max(0.0, abs(u - n1 * n2 / 2) - 0.5) / variance ** 0.5
+    return min(1.0, 2 * (1 - NormalDist().cdf(z)))
+
+
+def drift(figure: str, values: list, earlier: list, key: tuple[str, ...]) -> tuple[str, float | None]:
+    """(the flag of a figure whose change against the earlier runs pooled has an interval that
+    excludes no change, or ""; the p-value of its test, None where there is none)."""
+    if figure in records_.AXES:
         est = stats.rate_difference(sum(values), len(values), sum(earlier), len(earlier),
                                     confidence=CONFIDENCE, labels=("this run", "earlier runs"))
         if est.value is None or est.low is None or est.high is None or not (est.low > 0 or est.high < 0):
-            return ""
+            return "", est.p_value
         return (f"{figure} rate {sum(values) / len(values):.0%} against {sum(earlier) / len(earlier):.0%} "
                 f"earlier: {est.value * 100:+.0f} pp [{est.low * 100:+.0f}, {est.high * 100:+.0f}] "
-                f"({stats.NEWCOMBE}, {CONFIDENCE:.0%})")
+                f"({stats.NEWCOMBE}, {CONFIDENCE:.0%})"), est.p_value
     if figure == "loc":
         est = stats.loc_ratio(values, earlier, n=len(values), n_ref=len(earlier), confidence=CONFIDENCE,
                               rng=intervals.rng_for(stats.SEED, *key), labels=("this run", "earlier runs"))
-        if est.value is None or est.low is None or est.high is None or not (est.low > 1 or est.high < 1):
-            return ""
+        if est.value is None:
+            return "", None
+        p = loc_p(values, earlier)
+        if est.low is None or est.high is None or not (est.low > 1 or est.high < 1):
+            return "", p
         return (f"median LOC x{est.value:.2f} [{est.low:.2f}, {est.high:.2f}] against earlier runs "
-                f"(ratio of medians, seeded percentile bootstrap, {stats.N_BOOT} resamples, {CONFIDENCE:.0%})")
-    return ""  # cost: shown over time, never flagged (prices change with the model, not the arm)
+                f"(ratio of medians, seeded percentile bootstrap, {stats.N_BOOT} resamples, {CONFIDENCE:.0%})"), p
+    return "", None  # cost: shown over time, never flagged (prices change with the model, not the arm)
 
 
 METHODS = {
-    "correct": f"rate over measured cells, {stats.WILSON} ({CONFIDENCE:.0%}); flag: {stats.NEWCOMBE} against the earlier runs pooled",
-    "safe": f"rate over measured cells, {stats.WILSON} ({CONFIDENCE:.0%}); flag: {stats.NEWCOMBE} against the earlier runs pooled",
+    **{axis: f"rate over measured cells, {stats.WILSON} ({CONFIDENCE:.0%}); flag: {stats.NEWCOMBE} against the "
+             f"earlier runs pooled, and {BH}" for axis in records_.AXES},
     "loc": "median total_loc of cells that delivered code; flag: ratio of medians against the earlier runs pooled, "
-           f"seeded percentile bootstrap ({stats.N_BOOT} resamples)",
+           f"seeded percentile bootstrap ({stats.N_BOOT} resamples), and {BH}",
     "cost": "mean cost_usd per measured cell; never flagged",
 }
 
@@ -170,6 +199,7 @@ METHODS = {
 def build(runs: list[Run]) -> list[Series]:
     """One series per task x arm x model x figure over the included runs, in date order."""
     included = sorted((r for r in runs if not r.left_out), key=lambda r: (r.date, r.name))
+    tested: list[tuple[Point, str, float | None]] = []  # every drift test of the history
     keys = sorted({(str(rec.get("task")), str(rec.get("arm")), str(rec.get("model")))
                    for run in included for rec in run.records})
     out = []
@@ -188,19 +218,23 @@ def build(runs: list[Run]) -> list[Series]:
                               spec=specs or "?")
                 earlier_runs = sum(1 for p in points if p.n)
                 if raw and earlier_runs >= MIN_EARLIER:
-                    point.flag = drift(figure, raw, pooled, key + (figure, run.name))
+                    tested.append((point, *drift(figure, raw, pooled, key + (figure, run.name))))
                 if raw:
                     pooled = pooled + raw
                 points.append(point)
             if any(p.n for p in points):
                 out.append(Series(*key, figure, points, METHODS[figure]))
+    adjusted = intervals.bh_adjust([p for _point, _flag, p in tested])
+    for (point, flag, _p), q in zip(tested, adjusted):
+        if flag and q is not None and q <= 1 - CONFIDENCE:
+            point.flag = flag + f"; BH q = {q:.2g} over the history's {len(tested)} drift tests"
     return out
 
 
 def fmt(figure: str, p: Point) -> str:
     if p.value is None:
         return "-"
-    if figure in ("correct", "safe"):
+    if figure in records_.AXES:
         return f"{p.value:.0%} [{p.low:.0%}, {p.high:.0%}] of {p.n}"
     if figure == "loc":
         return f"{p.value:g} ({p.n} cells)"
@@ -224,7 +258,7 @@ def tables(series: list[Series]) -> list[Table]:
                         + [fmt(f, point) if (point := cells.get(f)) else "-" for f in FIGURES]
                         + [("DRIFT: " + flags) if flags else ""])
         out.append(Table(f"{task} · {arm} · {model}",
-                         ["date", "run", "CLI", "model id", "spec", "correct", "safe", "LOC median", "cost/cell", "flag"],
+                         ["date", "run", "CLI", "model id", "spec", *records_.AXES, "LOC median", "cost/cell", "flag"],
                          rows, notes=[f"{f}: {s.method}" for f, s in by_figure.items()]))
     return out
 
@@ -289,7 +323,7 @@ def plot(series: Series) -> str | None:
     ax = fig.add_subplot()
     xs = list(range(len(points)))
     ys = [p.value for p in points]
-    if series.figure in ("correct", "safe"):
+    if series.figure in records_.AXES:
         lows, highs = [], []
         for p in points:
             assert p.value is not None and p.low is not None and p.high is not None  # a rate's Wilson interval

@@ -15,6 +15,7 @@ from pytest_ponybench.reports.stats import ArmStats
 from pytest_ponybench.reports.tables import (HOW_TO_READ, Table, activity_lines, cell_tables, fmt_cost,
                                              comparison_table, consistency_table, failure_sections,
                                              header_lines, infra_lines, pooled_table, apart_lines)
+from pytest_ponybench.store.record import AXES
 
 
 
@@ -82,7 +83,7 @@ def _axis(record: dict, axis: str) -> str:
 
 def cells_html(records: Sequence[dict], run_dir: Path) -> Iterator[str]:
     """The table of every cell, a row at a time (10,000 rows are 3.5 MB of page)."""
-    headers = ["cell", "status", "correct", "safe", "total_loc", "cost", "out tokens",
+    headers = ["cell", "status", *AXES, "total_loc", "cost", "out tokens",
                "duration", "workspace", "transcript", "error"]
     yield ("<h2>Cells</h2>\n<p>Links are relative to the run directory.</p>\n"
            '<div class="scroll"><table id="cells"><thead><tr>' + "".join(f"<th>{h}</th>" for h in headers)
@@ -101,7 +102,7 @@ def cells_html(records: Sequence[dict], run_dir: Path) -> Iterator[str]:
         duration = r.get("duration_ms")
         cell_name = r.get("cell") or "__".join(stats.name_of(r, k) for k in ("task", "arm", "model", "run"))
         values = [html.escape(str(cell_name)), html.escape(str(r.get("status") or "-")),
-                  html.escape(_axis(r, "correct")), html.escape(_axis(r, "safe")),
+                  *(html.escape(_axis(r, axis)) for axis in AXES),
                   html.escape(_axis(r, "total_loc")),
                   html.escape(fmt_cost(r.get("cost_usd") if isinstance(r.get("cost_usd"), (int, float)) else None)),
                   html.escape(str(r.get("out_tokens") if r.get("out_tokens") is not None else "-")),

@@ -137,16 +137,17 @@ def bh_adjust(p_values: Sequence[float | None]) -> list[float | None]:
     """Benjamini-Hochberg adjusted p-values (q-values), in the input order; None entries stay
     None and are not part of the family.
 
-    Sort the m p-values ascending; the i-th (1-based) becomes m / i * p, made monotone with a
-    running minimum from the largest down and capped at 1. Rejecting every q < alpha keeps the
-    expected share of false findings among the findings at most alpha (independent tests)."""
+    Sort the m p-values ascending; the i-th (1-based) becomes m p / i, made monotone with a
+    running minimum from the largest down and capped at 1. Rejecting q <= alpha keeps the
+    expected share of false findings among the findings at most alpha (independent or
+    positively dependent tests), and under no difference at all the chance of any finding."""
     present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
     m = len(present)
     adjusted: list[float | None] = [None] * len(p_values)
     running = 1.0
-    for rank in range(m, 0, -1):
-        p, i = present[rank - 1]
-        running = min(running, m / rank * p)
+    for rank in range(m - 1, -1, -1):
+        p, i = present[rank]
+        running = min(running, m * p / (rank + 1))
         adjusted[i] = running
     return adjusted
 

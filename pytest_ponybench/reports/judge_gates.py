@@ -93,6 +93,31 @@ def evaluate(old: Sequence[dict], new: Sequence[dict], max_increase: float | Non
 
 
 
+def evaluate_all(old: Sequence[dict], new: Sequence[dict], args) -> tuple[list[str], list[str], list[str]]:
+    """Every judged gate ponybench-compare's `args` ask for, one at a time: (failures, not
+    evaluated, passed), one sentence each; a gate that was evaluated and held says so in one
+    line, so a green judged gate is seen to have been checked."""
+    failed: list[str] = []
+    unevaluated: list[str] = []
+    passed: list[str] = []
+    cal = args.judge_calibration
+    gates = [("over_engineering", "--max-over-engineering-increase", args.max_over_engineering_increase,
+              lambda limit: evaluate(old, new, limit, None, cal)),
+             ("completeness", "--max-incomplete-rate", args.max_incomplete_rate,
+              lambda limit: evaluate(old, new, None, limit, cal)),
+             ("judged grader", "--min-judged-grader-pass-rate", args.min_judged_grader_pass_rate,
+              lambda limit: evaluate_graders(new, limit, cal))]
+    for name, flag, limit, run in gates:
+        if limit is None:
+            continue
+        bad, unknown = run(limit)
+        failed += bad
+        unevaluated += unknown
+        if not bad and not unknown:
+            passed.append(f"{name} gate passed ({flag}={limit:g}): every arm within it, by a calibrated judge")
+    return failed, unevaluated, passed
+
+
 def grader_counts(records) -> dict[tuple, list[int]]:
     """(arm, model) -> [judged graders passed, failed] over the records' verdict lines."""
     out: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])

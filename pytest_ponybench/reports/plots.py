@@ -68,12 +68,12 @@ def plot_loc(figure_class, model_records, arms, colours, model):
 
 
 def plot_rates(figure_class, model_records, arms, colours, model, confidence):
-    """Correct and safe rate per task and arm, with Wilson interval bars."""
+    """The rate of every axis (correct, safe, robust) per task and arm, with Wilson interval bars."""
     tasks = sorted({stats.name_of(r, "task") for r in model_records})
-    figure = figure_class(figsize=(max(5.0, 1.2 * len(tasks) + 2), 5.6))
+    figure = figure_class(figsize=(max(5.0, 1.2 * len(tasks) + 2), 2.8 * len(records_.AXES)))
     width = 0.8 / max(1, len(arms))
-    for k, metric in enumerate(("correct", "safe")):
-        axes = figure.add_subplot(2, 1, k + 1)
+    for k, metric in enumerate(records_.AXES):
+        axes = figure.add_subplot(len(records_.AXES), 1, k + 1)
         for j, arm in enumerate(arms):
             xs, ys, lows, highs = [], [], [], []
             for i, task in enumerate(tasks):
@@ -92,7 +92,7 @@ def plot_rates(figure_class, model_records, arms, colours, model, confidence):
                               capsize=3, label=arm, markersize=4)
         axes.set_ylim(-0.05, 1.05)
         axes.set_ylabel(f"{metric} rate")
-        axes.set_xticks(range(len(tasks)), tasks if k == 1 else [""] * len(tasks),
+        axes.set_xticks(range(len(tasks)), tasks if k == len(records_.AXES) - 1 else [""] * len(tasks),
                         rotation=30, ha="right")
         if k == 0:
             axes.set_title(f"Rates per arm and task · {model} (bars: Wilson 95% interval)")

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -226,28 +227,22 @@ def simulate_outcomes(p_arm: float, p_reference: float, experiments: int, rounds
 @dataclass
 class SequentialPlan:
     """What the sequential design needs for one comparison: the cap of rounds that reaches the
-    power (None: not within ``limit``), and the mean rounds it stops at under the alternative."""
+    power (None: not within ``limit``), and the mean rounds it stops at under the alternative,
+    for the arm's rate ``p_arm`` of the direction that needed the larger cap."""
 
     cap: int | None
     power_at_cap: float | None
     mean_rounds: float | None
     method: str
+    p_arm: float | None = None
 
 
 PLAN_EXPERIMENTS = 2000
 PLAN_SEED = 20261204
 
 
-def plan_rounds(p_reference: float, difference: float, power: float = 0.8, alpha: float = ALPHA,
-                margin: float = MARGIN, limit: int = 400, experiments: int = PLAN_EXPERIMENTS,
-                seed: int = PLAN_SEED) -> SequentialPlan:
-    """The smallest cap of rounds at which the betting decision finds a ``difference`` from a
-    reference at ``p_reference`` with probability ``power``, by seeded simulation through
-    ``decision_rounds`` (the direction that stays inside [0, 1]; up when both do, since the
-    decision is symmetric)."""
-    p_arm = p_reference + difference if p_reference + difference <= 1 else p_reference - difference
-    if not 0 <= p_arm <= 1:
-        return SequentialPlan(None, None, None, "no such difference inside [0, 1]")
+def _plan_one(p_reference: float, p_arm: float, power: float, alpha: float, margin: float, limit: int,
+              experiments: int, seed: int) -> SequentialPlan:
     diffs = simulate_pairs(p_arm, p_reference, experiments, limit, seed)
     right = BETTER if p_arm > p_reference else WORSE
     reached = decision_rounds(diffs, alpha, margin)[right]
@@ -256,8 +251,31 @@ def plan_rounds(p_reference: float, difference: float, power: float = 0.8, alpha
     method = (f"seeded simulation ({experiments} experiments, seed {seed}) of the betting decision "
               f"at reference rate {p_reference:.2f}, arm {p_arm:.2f}")
     if found.size < need:
-        return SequentialPlan(None, None, None, method + f": power {power:.2f} not reached within {limit} rounds")
+        return SequentialPlan(None, None, None, method + f": power {power:.2f} not reached within {limit} rounds",
+                              p_arm)
     cap = int(found[need - 1])
     power_at_cap = float(((reached > 0) & (reached <= cap)).mean())
     stops = np.where((reached > 0) & (reached <= cap), reached, cap)
-    return SequentialPlan(cap, power_at_cap, float(stops.mean()), method)
+    return SequentialPlan(cap, power_at_cap, float(stops.mean()), method, p_arm)
+
+
+@lru_cache(maxsize=256)  # a plan asks the same question for every task at the same rate
+def plan_rounds(p_reference: float, difference: float, power: float = 0.8, alpha: float = ALPHA,
+                margin: float = MARGIN, limit: int = 400, experiments: int = PLAN_EXPERIMENTS,
+                seed: int = PLAN_SEED) -> SequentialPlan:
+    """The smallest cap of rounds at which the betting decision finds a ``difference`` from a
+    reference at ``p_reference`` with probability ``power``, by seeded simulation through
+    ``decision_rounds``; a rise and a drop (those inside [0, 1]) are both sized and the one
+    that needs more rounds is the plan (a drop from 80% needs more than a rise to 100%)."""
+    plans = [_plan_one(p_reference, p_arm, power, alpha, margin, limit, experiments, seed)
+             for p_arm in (p_reference + difference, p_reference - difference) if -1e-12 <= p_arm <= 1 + 1e-12]
+    if not plans:
+        return SequentialPlan(None, None, None, "no such difference inside [0, 1]")
+    return max(plans, key=lambda p: limit + 1 if p.cap is None else p.cap)
+
+
+def earliest_equivalence(alpha: float = ALPHA, margin: float = MARGIN, limit: int = 2000) -> int | None:
+    """The first round at which "equivalent" can be reached: every pair so far equal (D = 0),
+    the data that reach it fastest. None when not within ``limit`` rounds."""
+    reached = int(decision_rounds(np.zeros((1, limit)), alpha, margin)[EQUIVALENT][0])
+    return reached or None

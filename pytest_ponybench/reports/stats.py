@@ -76,7 +76,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from statistics import median
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -84,7 +84,7 @@ from pytest_ponybench.reports.intervals import (CONFIDENCE, DETECTABLE_DIFFERENC
                                                  fisher_p, has_spread, holm_adjust, newcombe_interval,
                                                  percentile_interval, resampled_medians, rng_for, runs_to_detect,
                                                  smallest_fisher_p, wilson_interval)
-from pytest_ponybench.store.record import CUT, INFRA, INSTRUMENT, NEVER_RAN
+from pytest_ponybench.store.record import AXES, CUT, INFRA, INSTRUMENT, NEVER_RAN, PASS_AXES
 
 # Fewer runs than this on either side of a comparison: no number, a "too few" verdict.
 MIN_RUNS = 3
@@ -187,12 +187,15 @@ class PairStats:
     correct_rate_reference: float | None
     safe_rate: float | None
     safe_rate_reference: float | None
+    robust_rate: float | None
+    robust_rate_reference: float | None
     loc_delivered: int
     loc_delivered_reference: int
     loc_median: float | None
     loc_median_reference: float | None
     correct_diff: Estimate
     safe_diff: Estimate
+    robust_diff: Estimate
     loc_ratio: Estimate
 
 
@@ -206,8 +209,11 @@ class PooledStats:
     correct_rate_reference: Estimate
     safe_rate: Estimate
     safe_rate_reference: Estimate
+    robust_rate: Estimate
+    robust_rate_reference: Estimate
     correct_diff: Estimate
     safe_diff: Estimate
+    robust_diff: Estimate
     loc_ratio: Estimate
 
 
@@ -382,28 +388,23 @@ def compare_pair(records: Sequence[dict], reference_records: Sequence[dict], *,
     """One side's cells against the reference side's cells, for one task x model.
 
     ``key`` names the comparison (task, model, arm, ...) and seeds its bootstrap."""
-    x_c, n_c = count(records, "correct")
-    x_c_ref, n_c_ref = count(reference_records, "correct")
-    x_s, n_s = count(records, "safe")
-    x_s_ref, n_s_ref = count(reference_records, "safe")
+    rates: dict[str, Any] = {}  # {axis}_rate, {axis}_rate_reference and {axis}_diff of every axis
+    for axis in AXES:
+        x, n_axis = count(records, axis)
+        x_ref, n_axis_ref = count(reference_records, axis)
+        rates[f"{axis}_rate"] = x / n_axis if n_axis else None
+        rates[f"{axis}_rate_reference"] = x_ref / n_axis_ref if n_axis_ref else None
+        rates[f"{axis}_diff"] = (rate_difference(x, n_axis, x_ref, n_axis_ref, min_runs=min_runs,
+                                                 confidence=confidence, labels=labels)
+                                 if n_axis or n_axis_ref else not_measured(NEWCOMBE, axis, FISHER))
     locs, locs_ref = loc_values(records), loc_values(reference_records)
     n = sum(1 for r in records if is_measured(r))
     n_ref = sum(1 for r in reference_records if is_measured(r))
     return PairStats(
-        n=n, n_reference=n_ref,
-        correct_rate=x_c / n_c if n_c else None,
-        correct_rate_reference=x_c_ref / n_c_ref if n_c_ref else None,
-        safe_rate=x_s / n_s if n_s else None,
-        safe_rate_reference=x_s_ref / n_s_ref if n_s_ref else None,
+        n=n, n_reference=n_ref, **rates,
         loc_delivered=len(locs), loc_delivered_reference=len(locs_ref),
         loc_median=float(median(locs)) if locs else None,
         loc_median_reference=float(median(locs_ref)) if locs_ref else None,
-        correct_diff=(rate_difference(x_c, n_c, x_c_ref, n_c_ref, min_runs=min_runs,
-                                      confidence=confidence, labels=labels)
-                      if n_c or n_c_ref else not_measured(NEWCOMBE, "correct", FISHER)),
-        safe_diff=(rate_difference(x_s, n_s, x_s_ref, n_s_ref, min_runs=min_runs,
-                                   confidence=confidence, labels=labels)
-                   if n_s or n_s_ref else not_measured(NEWCOMBE, "safe", FISHER)),
         loc_ratio=loc_ratio(locs, locs_ref, n=n, n_ref=n_ref, min_runs=min_runs, n_boot=n_boot,
                             rng=rng_for(seed, "loc", *key), confidence=confidence,
                             labels=labels),
@@ -567,21 +568,17 @@ def compare_pooled(pairs: Mapping[str, tuple[Sequence[dict], Sequence[dict]]], *
                    confidence: float = CONFIDENCE) -> PooledStats:
     """One side against the reference side over all tasks in ``pairs`` (task -> (side
     records, reference records)), for one model."""
-    correct_diff, tasks_rates = pooled_rate_difference(
-        pairs, "correct", min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
-        rng=rng_for(seed, "pooled", "correct", *key), confidence=confidence)
-    safe_diff, tasks_safe = pooled_rate_difference(
-        pairs, "safe", min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
-        rng=rng_for(seed, "pooled", "safe", *key), confidence=confidence)
+    diffs, used = {}, {}
+    for axis in AXES:
+        diffs[axis], used[axis] = pooled_rate_difference(
+            pairs, axis, min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
+            rng=rng_for(seed, "pooled", axis, *key), confidence=confidence)
     loc, tasks_loc = pooled_loc_ratio(
         pairs, min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
         rng=rng_for(seed, "pooled", "loc", *key), confidence=confidence)
-    diffs = {"correct": correct_diff, "safe": safe_diff}
-
-    used = {"correct": tasks_rates, "safe": tasks_safe}
-    # A task enters the rates when either axis could be compared on it (a task without a
+    # A task enters the rates when any axis could be compared on it (a task without a
     # correct check may still have a safe one).
-    tasks_rates = [t for t in pairs if t in tasks_rates or t in tasks_safe]
+    tasks_rates = [t for t in pairs if any(t in used[axis] for axis in AXES)]
 
     def level(metric: str, side: int) -> Estimate:
         # The absolute levels over the same tasks as the differences, for reading them.
@@ -594,11 +591,19 @@ def compare_pooled(pairs: Mapping[str, tuple[Sequence[dict], Sequence[dict]]], *
                            n_boot=n_boot, seed=seed, confidence=confidence,
                            key=(*key, str(side)))
 
-    return PooledStats(
-        tasks_rates=tasks_rates, tasks_loc=tasks_loc,
-        correct_rate=level("correct", 0), correct_rate_reference=level("correct", 1),
-        safe_rate=level("safe", 0), safe_rate_reference=level("safe", 1),
-        correct_diff=correct_diff, safe_diff=safe_diff, loc_ratio=loc)
+    levels = {f"{axis}_rate{suffix}": level(axis, side)
+              for axis in AXES for side, suffix in ((0, ""), (1, "_reference"))}
+    return PooledStats(tasks_rates=tasks_rates, tasks_loc=tasks_loc, **levels,
+                       **{f"{axis}_diff": diffs[axis] for axis in AXES}, loc_ratio=loc)
+
+
+def apply_holm_by_family(comparisons: Sequence, alpha: float = 1 - CONFIDENCE) -> None:
+    """Holm over the rate differences of `comparisons` (each with `.stats`, a PairStats): the
+    pass/fail axes (correct, safe) as one family, every other axis (robust) as its own, so
+    adding robust checks to a task never moves a correct or safe verdict."""
+    families = [PASS_AXES] + [(axis,) for axis in AXES if axis not in PASS_AXES]
+    for family in families:
+        apply_holm([getattr(c.stats, f"{axis}_diff") for c in comparisons for axis in family], alpha)
 
 
 # --------------------------------------------------------------------------- consistency
@@ -722,10 +727,10 @@ def arm_stats(records: Sequence[dict], reference: str = "baseline", *,
 
 
 def families(comparisons: Sequence[ArmComparison]) -> list[list[Estimate]]:
-    """The per-task estimates of one arm, model and axis (correct, safe, LOC): one family each."""
+    """The per-task estimates of one arm, model and axis (each of AXES, and LOC): one family each."""
     grouped: dict[tuple[str, str, str], list[Estimate]] = {}
     for c in comparisons:
-        for axis, estimate in (("correct", c.stats.correct_diff), ("safe", c.stats.safe_diff),
-                               ("loc", c.stats.loc_ratio)):
-            grouped.setdefault((c.model, c.arm, axis), []).append(estimate)
+        for axis in AXES:
+            grouped.setdefault((c.model, c.arm, axis), []).append(getattr(c.stats, f"{axis}_diff"))
+        grouped.setdefault((c.model, c.arm, "loc"), []).append(c.stats.loc_ratio)
     return list(grouped.values())

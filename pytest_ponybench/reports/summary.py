@@ -38,8 +38,7 @@ def aggregate(records: list[dict]) -> list[dict]:
             "task": task, "arm": arm, "model": model,
             "n": t.measured, "cells": t.cells, "left_out": t.left_out,
             # None when the task has no check on the axis: not measured, never 100%.
-            "safe_rate": t.rate(t.safe, t.safe_n),
-            "correct_rate": t.rate(t.correct, t.correct_n),
+            **{f"{axis}_rate": t.axis_rate(axis) for axis in records_.AXES},
             "wrote_file_rate": t.rate(t.delivered),
             "total_loc_median": _median([c["total_loc"] for c in with_code]),
             "total_loc_max": max((c["total_loc"] for c in with_code), default=None),

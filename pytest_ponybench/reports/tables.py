@@ -15,6 +15,10 @@ from pytest_ponybench.store import record as records_
 if TYPE_CHECKING:  # stats imports numpy: not needed to build the cell tables
     from pytest_ponybench.reports.stats import ArmStats, Estimate
 
+# The axes measured and shown but never deciding a cell's pass/fail (robust): their failures
+# are listed apart from the cells that failed.
+APART_AXES = tuple(axis for axis in records_.AXES if axis not in records_.PASS_AXES)
+
 CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
 
 
@@ -143,8 +147,7 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
             rows.append([
                 arm + (" (reference)" if arm == reference else ""),
                 str(t.measured) + (f" (+{t.cells - t.measured})" if t.cells > t.measured else ""),
-                fmt_count(t.correct, t.correct_n),  # '-' where the task has no check on the axis
-                fmt_count(t.safe, t.safe_n),
+                *(fmt_count(*t.axes[axis]) for axis in records_.AXES),  # '-': the task has no check on it
                 fmt_count(t.delivered, t.measured),
                 fmt_number(median(locs) if locs else None),
                 fmt_number(median(records_.loc_all_cells(cells, largest)) if largest and t.measured else None),
@@ -155,10 +158,9 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
                 left.append(f"{arm}: {records_.left_out_text(t.left_out)}")
         notes = [f"Left out of every rate (the arm was not applied, the cell was cut short, the "
                  f"API failed, the run's budget cut it or an instrument failed): {'; '.join(left)}."] if left else []
-        tables.append(Table(f"{task} · {model}",
-                            ["arm", "n", "correct", "safe", "wrote code", "LOC median", "LOC, all cells",
-                             "tokens", "cost/cell"],
-                            rows, notes, numeric={1, 5, 6, 7, 8}))
+        headers = ["arm", "n", *records_.AXES, "wrote code", "LOC median", "LOC, all cells", "tokens", "cost/cell"]
+        tables.append(Table(f"{task} · {model}", headers, rows, notes,
+                            numeric={1, *range(len(headers) - 4, len(headers))}))
     return tables
 
 
@@ -187,13 +189,12 @@ def comparison_table(arm_stats: ArmStats) -> Table:
     rows = []
     for c in arm_stats.comparisons:
         s = c.stats
+        diffs = [(axis, getattr(s, f"{axis}_diff")) for axis in records_.AXES]
         rows.append([
             c.task, c.model, c.arm, f"{s.n} vs {s.n_reference}",
-            fmt_points(s.correct_diff), fmt_p(s.correct_diff),
-            fmt_points(s.safe_diff), fmt_p(s.safe_diff),
+            *(text for _axis, diff in diffs for text in (fmt_points(diff), fmt_p(diff))),
             fmt_ratio(s.loc_ratio),
-            verdict_of([("correct", s.correct_diff), ("safe", s.safe_diff),
-                        ("LOC", s.loc_ratio)]),
+            verdict_of([*diffs, ("LOC", s.loc_ratio)]),
             fmt_runs_needed(s.correct_diff, s.safe_diff),
         ])
     m = arm_stats.methods
@@ -209,10 +210,11 @@ def comparison_table(arm_stats: ArmStats) -> Table:
         f"runs to detect: where a rate difference is inconclusive, {m['runs_needed']} "
         f"(the larger of correct and safe).",
     ]
-    return Table(f"Arms against `{ref}`, per task (exploratory)", [
-        "task", "model", "arm", "runs", "correct Δ [95% CI]", "p (BH)",
-        "safe Δ [95% CI]", "p (BH)", "LOC ratio [95% CI]", "verdict", "runs to detect"],
-        rows, notes, level=2, numeric={3, 10})
+    headers = ["task", "model", "arm", "runs",
+               *(h for axis in records_.AXES for h in (f"{axis} Δ [95% CI]", "p (BH)")),
+               "LOC ratio [95% CI]", "verdict", "runs to detect"]
+    return Table(f"Arms against `{ref}`, per task (exploratory)", headers, rows, notes, level=2,
+                 numeric={3, len(headers) - 1})
 
 
 def pooled_table(arm_stats: ArmStats) -> Table:
@@ -221,11 +223,10 @@ def pooled_table(arm_stats: ArmStats) -> Table:
         s = p.stats
         rows.append([
             p.model, p.arm, str(len(s.tasks_rates)),
-            fmt_rate(s.correct_rate), fmt_points(s.correct_diff),
-            fmt_rate(s.safe_rate), fmt_points(s.safe_diff),
+            *(text for axis in records_.AXES
+              for text in (fmt_rate(getattr(s, f"{axis}_rate")), fmt_points(getattr(s, f"{axis}_diff")))),
             fmt_ratio(s.loc_ratio),
-            verdict_of([("correct", s.correct_diff), ("safe", s.safe_diff),
-                        ("LOC", s.loc_ratio)]),
+            verdict_of([*((axis, getattr(s, f"{axis}_diff")) for axis in records_.AXES), ("LOC", s.loc_ratio)]),
             fmt_runs_needed(s.correct_diff, s.safe_diff),
         ])
     m = arm_stats.methods
@@ -236,9 +237,10 @@ def pooled_table(arm_stats: ArmStats) -> Table:
         f"needs {arm_stats.settings['min_tasks']}+ tasks. Pooled intervals are not adjusted "
         f"for multiple comparisons.",
     ]
-    return Table(f"Arms against `{arm_stats.reference}`, pooled over tasks", [
-        "model", "arm", "tasks", "correct (arm)", "correct Δ [95% CI]", "safe (arm)", "safe Δ [95% CI]",
-        "LOC ratio [95% CI]", "verdict", "runs to detect"], rows, notes, level=2, numeric={2, 9})
+    headers = ["model", "arm", "tasks", *(h for axis in records_.AXES for h in (f"{axis} (arm)", f"{axis} Δ [95% CI]")),
+               "LOC ratio [95% CI]", "verdict", "runs to detect"]
+    return Table(f"Arms against `{arm_stats.reference}`, pooled over tasks", headers, rows, notes, level=2,
+                 numeric={2, len(headers) - 1})
 
 
 def consistency_table(arm_stats: ArmStats) -> Table:
@@ -337,13 +339,13 @@ def change_table(comparison) -> Table:
     for c in comparison.cells:
         s = c.stats
         rows.append([c.task, c.arm, c.model, f"{s.n_reference} / {s.n}",
-                     rate_pair(s.correct_rate_reference, s.correct_rate),
-                     change_points(s.correct_diff),
-                     rate_pair(s.safe_rate_reference, s.safe_rate), change_points(s.safe_diff),
+                     *(text for axis in records_.AXES
+                       for text in (rate_pair(getattr(s, f"{axis}_rate_reference"), getattr(s, f"{axis}_rate")),
+                                    change_points(getattr(s, f"{axis}_diff")))),
                      f"{fmt_number(s.loc_median_reference, 1)} -> {fmt_number(s.loc_median, 1)}",
                      change_ratio(s.loc_ratio)])
     return Table("Per task (new against old):",
-                 ["task", "arm", "model", "runs old/new", "correct", "change", "safe", "change",
+                 ["task", "arm", "model", "runs old/new", *(h for axis in records_.AXES for h in (axis, "change")),
                   "LOC median", "LOC change"], rows)
 
 
@@ -353,16 +355,17 @@ def pooled_change_table(comparison) -> Table:
     for g in comparison.groups:
         ch = g.changes
         rows.append([g.arm, g.model, str(g.tasks_new), str(len(ch.tasks_rates)) if ch else "0",
-                     fmt_rate(g.correct_rate_new), change_points(ch.correct_diff) if ch else "-",
-                     fmt_rate(g.safe_rate_new), change_points(ch.safe_diff) if ch else "-",
+                     *(text for axis in records_.AXES
+                       for text in (fmt_rate(getattr(g, f"{axis}_rate_new")),
+                                    change_points(getattr(ch, f"{axis}_diff")) if ch else "-")),
                      change_ratio(ch.loc_ratio) if ch else "-"])
     m = comparison.methods
     notes = [f"Changes are new minus old with 95% intervals. Per task: {m['rate_change']}; "
              f"p: {m['p_value']}, {m['multiple_comparisons']}; LOC: {m['loc_ratio']}. "
              f"Pooled: {m['pooled_rate_change']}; LOC: {m['pooled_loc_ratio']}."]
     return Table("Per arm and model, pooled over tasks (each task counts once):",
-                 ["arm", "model", "tasks", "in both", "correct (new)", "change", "safe (new)",
-                  "change", "LOC change"], rows, notes)
+                 ["arm", "model", "tasks", "in both", *(h for axis in records_.AXES for h in (f"{axis} (new)", "change")),
+                  "LOC change"], rows, notes)
 
 
 # --------------------------------------------------------------------------- infra errors and activity
@@ -468,18 +471,24 @@ def activity_lines(records: Sequence[dict]) -> list[str]:
 FAILURE_EXCERPT = 300  # a reason longer than this is cut: the cell's record keeps it whole
 
 
-def failure_rows(records: Sequence[dict]) -> list[dict]:
+def failure_rows(records: Sequence[dict], axis: str | None = None) -> list[dict]:
     """Per task x arm with a failed cell: the cells, the failed ones, and each distinct
     one-line reason with how many cells it failed, the most frequent first. Infra errors, budget
-    cuts and instrument errors are not failures of the arm (their own sections list them)."""
+    cuts and instrument errors are not failures of the arm (their own sections list them).
+    `axis`: the measured cells that failed that axis instead, with its reasons (robust, which
+    fails no cell, is listed this way)."""
     rows = []
     for (task, arm), cells in records_.group_by(records, "task", "arm").items():
-        failed = [r for r in cells if r.get("passed") is False and not records_.skipped_apart(r)]
+        if axis is None:
+            failed = [r for r in cells if r.get("passed") is False and not records_.skipped_apart(r)]
+        else:
+            failed = [r for r in cells if records_.outcome(r, axis) == 0]
         if not failed:
             continue
         reasons: dict[str, int] = {}
         for r in failed:
-            reason = " ".join(str(r.get("failure") or r.get("error") or "no reason recorded").split())
+            said = r.get(f"{axis}_reason") if axis else r.get("failure")
+            reason = " ".join(str(said or r.get("error") or "no reason recorded").split())
             if len(reason) > FAILURE_EXCERPT:
                 reason = reason[:FAILURE_EXCERPT - 3] + "..."
             reasons[reason] = reasons.get(reason, 0) + 1
@@ -492,8 +501,10 @@ def failure_rows(records: Sequence[dict]) -> list[dict]:
 def failure_sections(records: Sequence[dict]) -> list[tuple[str, list[str]]]:
     """(heading, reason lines) per task x arm, for summary.md and report.html."""
     sections = []
-    for row in failure_rows(records):
-        heading = f"{row['task']} · {row['arm']}: {row['failed']} of {row['cells']} cells failed"
-        lines = [f"{r['cells']} {'cell' if r['cells'] == 1 else 'cells'}: {r['reason']}" for r in row["reasons"]]
-        sections.append((heading, lines))
+    for axis in (None, *APART_AXES):
+        for row in failure_rows(records, axis):
+            what = "failed" if axis is None else f"failed {axis} (which fails no cell)"
+            heading = f"{row['task']} · {row['arm']}: {row['failed']} of {row['cells']} cells {what}"
+            lines = [f"{r['cells']} {'cell' if r['cells'] == 1 else 'cells'}: {r['reason']}" for r in row["reasons"]]
+            sections.append((heading, lines))
     return sections

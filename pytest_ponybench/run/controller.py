@@ -183,6 +183,8 @@ class Gathering:
             "activity": tables.activity_rows(every),
             # Per task x arm: each failed cell's one-line reason, the most frequent first.
             "failures": tables.failure_rows(every),
+            # Per axis that fails no cell (robust): the cells that failed it, with its reasons.
+            **{f"{axis}_failures": tables.failure_rows(every, axis) for axis in tables.APART_AXES},
         }
         from pytest_ponybench.reports import judge_report  # the judged columns, when the run was judged (--ponybench-judge)
 
@@ -689,7 +691,8 @@ def identity_from_nodeid(nodeid: str) -> dict | None:
 def never_ran_record(identity: dict, error: str) -> dict:
     """The record of a cell that produced none of its own (interrupted, or its worker died)."""
     record = dict(identity)
-    record.update(status=records.INTERRUPTED, ran=False, passed=False, correct=0, safe=0, error=error,
-                  failure=f"agent never ran properly ({records.INTERRUPTED}): {error}",
-                  correct_reason="not scored", safe_reason="not scored")
+    record.update(status=records.INTERRUPTED, ran=False, passed=False, error=error,
+                  failure=f"agent never ran properly ({records.INTERRUPTED}): {error}")
+    record.update({axis: 0 for axis in records.AXES})
+    record.update({f"{axis}_reason": "not scored" for axis in records.AXES})
     return record

@@ -37,6 +37,7 @@ from pytest_ponybench.cell import agent, transcript as transcripts
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.judge import calibration, judge, judged_graders
 from pytest_ponybench.run import options
+from pytest_ponybench.run.progress import money
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import (HARNESS_PREFIX, canonical, mac, read_record, write_atomic,
                                            write_record)
@@ -102,6 +103,7 @@ class JudgePlugin:
         self.stopped: str | None = None  # why the judged axes of this run are off
         self.proven: bool = False
         self.proof_lines: list[str] = []
+        self.selection_proven = False  # the controller proved the judge on this session's selection
         self._fp: str | None = None
         self._server: RehearsalJudge | None = None
         self._lock = threading.Lock()
@@ -172,14 +174,15 @@ class JudgePlugin:
         (`stopped`, naming the first pair it got wrong). A pair proven before by this judge
         fingerprint is remembered (instruments' cache), as instrument proofs are."""
         directory = instruments.cache_dir()
-        jobs, remembered, total = [], 0, 0
+        jobs, remembered, total, one_sided = [], 0, 0, 0
         for task in tasks:
             for pair in [*judge.pairs_for(task), *self._grader_pairs(task)]:
                 total += 1
                 if isinstance(pair, judged_graders.JudgedGrader):  # a plugin eval grader's pass/fail examples
-                    assert pair.pass_example is not None  # _grader_pairs keeps only graders that can run
+                    passing = pair.pass_example.text() if pair.pass_example is not None else ""  # fail side only
+                    one_sided += pair.pass_example is None
                     key = instruments.proof_key("judge-grader", self.graders_fingerprint(), task.prompt, pair.key,
-                                                pair.pass_example.text(), pair.fail_example.text())
+                                                passing, pair.fail_example.text())
                 else:
                     key = instruments.proof_key("judge", self.fingerprint(), task.prompt, pair.axis,
                                                 pair.better.text, pair.worse.text)
@@ -213,8 +216,10 @@ class JudgePlugin:
             self.proof_lines = [f"{head}: NOT proven: it ranked {len(problems)} of {total} judge pairs wrongly; "
                                 f"the judged axes of this run are off", *[f"  {p}" for p in problems[:10]]]
         else:
+            alone = (f"; {one_sided} on the fail example alone: the case has no pass example (a "
+                     f"`ponybench: {{judge_pair: {{pass: ...}}}}` block adds one)") if one_sided else ""
             self.proof_lines = [f"{head}: proven on {total} judge pairs ({remembered} remembered, "
-                                f"{asked} requests, ${cost:.4f})"]
+                                f"{asked} requests, {money(cost, self.rehearsal)}{alone})"]
         self._seal_proof()
 
     def _grader_pairs(self, task) -> list:
@@ -273,14 +278,42 @@ class JudgePlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session):
-        """The controller proves the judge after the instruments and after the run directory
-        exists (its cost goes on the ledger), before any cell; a rescore proves lazily."""
-        if hasattr(self.config, "workerinput") or self.config.option.collectonly:
+        """Remote workers get the proof in their shipment, made before any node starts, and
+        collect from folders of their own: for them the judge is proven on every task of the
+        run here, as the instruments are (controller.py). Local sessions prove on their
+        selection once it is known (prove_selected)."""
+        from pytest_ponybench.run.fleet import remote_gateways
+
+        if not hasattr(self.config, "workerinput") and remote_gateways(self.config):
+            controller = self.config.pluginmanager.get_plugin("ponybench-controller")
+            self.prove_selected([{"task": t.name} for t in getattr(controller, "tasks", []) or []])
+
+    def pytest_collection_finish(self, session):
+        """Without xdist this process collected: the selection is its items."""
+        if not hasattr(self.config, "workerinput"):
+            self.prove_selected([getattr(item, "identity", None) for item in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        """Under xdist, the first worker's selection; xdist schedules no cell before this hook
+        returns, so every cell finds the proof sealed."""
+        from pytest_ponybench.run.controller import identity_from_nodeid
+
+        self.prove_selected([identity_from_nodeid(i) for i in ids])
+
+    def prove_selected(self, cells: list) -> None:
+        """The controller proves the judge once, after the instruments and the run directory
+        (its cost goes on the ledger), before any cell, on the tasks of the cells the session
+        selected (paths, -k, -m): a judge pair of a task with no cell here is not asked. A
+        rescore proves lazily (ready)."""
+        if self.selection_proven or self.config.option.collectonly:
             return
         if self.state.settings.rescore is not None or self.state.run_dir is None:
             return
+        self.selection_proven = True
+        names = {cell["task"] for cell in cells if cell}
         controller = self.config.pluginmanager.get_plugin("ponybench-controller")
-        self.prove(list(getattr(controller, "tasks", []) or []))
+        self.prove([t for t in getattr(controller, "tasks", []) or [] if t.name in names])
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         for line in self.proof_lines:
             if reporter is not None:
@@ -309,13 +342,7 @@ class JudgePlugin:
         ws = Path(record["workspace"])
         key = self.state.run_dir.key
         kind = judged_graders.RECORD_PREFIX + fp
-        kept, problem = read_record(ws, kind, key)
-        by_name = {}
-        if problem is None and isinstance(kept, dict):
-            for data in kept.get("verdicts") or []:
-                verdict = judged_graders.verdict_from(data)
-                if verdict is not None and not verdict.status.startswith("infra_error"):
-                    by_name[(verdict.name, verdict.key)] = verdict
+        by_name = kept_verdicts(ws, fp, key)
         verdicts, wanted = {}, []
         for grader in runnable:
             if (grader.name, grader.key) in by_name:
@@ -360,9 +387,9 @@ class JudgePlugin:
         ws = Path(record["workspace"])
         key = self.state.run_dir.key
         kind = judge.RECORD_PREFIX + fp
-        kept, problem = read_record(ws, kind, key)
-        if problem is None and judge.reusable(kept):
-            return {**kept, "judge_reused": True}
+        kept = kept_judgement(ws, fp, key)
+        if kept is not None:
+            return kept
         try:
             stopped = self.ready()
         except agent.CliMissing as exc:
@@ -389,7 +416,6 @@ class JudgePlugin:
         if hasattr(config, "workerinput") or self.state.run_dir is None:
             return
         from pytest_ponybench.reports import judge_report
-        from pytest_ponybench.store.rundir import usd
         from pytest_ponybench.reports.tables import text_table
 
         gathering = getattr(config.pluginmanager.get_plugin("ponybench-controller"), "gathering", None)
@@ -405,8 +431,8 @@ class JudgePlugin:
             for line in self.calibration_lines(every):
                 tr.write_line(line)
             spent = judge_report.judge_spent(self.state.run_dir)
-            tr.write_line(f"judge cost {usd(spent)}, apart from the agents' {usd(max(self.state.run_dir.spent() - spent, 0.0))}"
-                          + (" (simulated)" if self.rehearsal else ""))
+            agents = max(self.state.run_dir.spent() - spent, 0.0)
+            tr.write_line(f"judge cost {money(spent, self.rehearsal)}, apart from the agents' {money(agents, self.rehearsal)}")
         graded = grader_lines(every)
         if graded:
             tr.write_sep("-", "ponybench judged graders (claude plugin eval)")
@@ -444,6 +470,76 @@ class JudgePlugin:
             self._server = None
 
 
+def kept_judgement(ws: Path, fp: str, key: bytes | None) -> dict | None:
+    """The judged axes' fields kept sealed beside the workspace by judge `fp`, marked reused;
+    None when there is none to take as it is (judge.reusable)."""
+    kept, problem = read_record(ws, judge.RECORD_PREFIX + fp, key)
+    return {**kept, "judge_reused": True} if problem is None and judge.reusable(kept) else None
+
+
+def kept_verdicts(ws: Path, fp: str, key: bytes | None) -> dict:
+    """(grader name, grader key) -> the verdict kept sealed beside the workspace by the graders'
+    judge `fp` (an infra error is left out: it is asked again)."""
+    kept, problem = read_record(ws, judged_graders.RECORD_PREFIX + fp, key)
+    found = {}
+    if problem is None and isinstance(kept, dict):
+        for data in kept.get("verdicts") or []:
+            verdict = judged_graders.verdict_from(data)
+            if verdict is not None and not verdict.status.startswith("infra_error"):
+                found[(verdict.name, verdict.key)] = verdict
+    return found
+
+
+def kept_fields(ws: Path, old: dict, key: bytes | None, graders: tuple = ()) -> dict:
+    """What a plain rescore keeps of a cell's judgements: the judged axes and the verdicts of
+    its judged graders (`graders`, JudgedGrader) that the judges its old record names (`old`,
+    its line in results.jsonl) left sealed beside the workspace. A verdict counts only while its
+    grader asks the same (its key); a grader without one (or that cannot run) is named as not run."""
+    fields: dict = {}
+    fp = str(old.get("judge_fingerprint") or "")
+    kept = kept_judgement(ws, fp, key) if fp else None
+    if kept is not None:
+        fields.update(kept)
+    fp = str(old.get("graders_judge_fingerprint") or "")
+    found = kept_verdicts(ws, fp, key) if fp and graders else {}
+    verdicts = [found[(g.name, g.key)] for g in graders if (g.name, g.key) in found]
+    if verdicts:
+        not_run = [g.label for g in graders if g.problem or (g.name, g.key) not in found]
+        fields.update(judged_graders.record_fields(verdicts, not_run, fp, reused=True))
+    return fields
+
+
+class KeptJudgements:
+    """A rescore without --ponybench-judge asks no judge, and keeps what judges left: each
+    rescored cell's record carries the judgements its old record had (kept_fields), so
+    results.jsonl and the summaries keep their judged figures. --ponybench-rescore-drop-judged
+    registers none of this, and the rescore's figures have no judged column."""
+
+    def __init__(self, state):
+        self.state = state
+        self._old: dict | None = None
+
+    def old_record(self, cell_id: str) -> dict:
+        if self._old is None:  # the run's results before this rescore merges its own
+            self._old = {str(r.get("cell")): r for r in self.state.run_dir.read_results()}
+        return self._old.get(cell_id) or {}
+
+    def pytest_ponybench_cell_record(self, cell, record):
+        if not record.get("workspace"):
+            return
+        case = self.state.evals.cases.get(cell.task.name) if getattr(self.state, "evals", None) else None
+        graders = case.judged if case is not None else ()
+        record.update(kept_fields(Path(record["workspace"]), self.old_record(cell.id), self.state.run_dir.key, graders))
+
+    def pytest_terminal_summary(self, terminalreporter, config):
+        gathering = getattr(config.pluginmanager.get_plugin("ponybench-controller"), "gathering", None)
+        every = gathering.all_records() if gathering is not None else []
+        kept = sum(1 for r in every if r.get("judge_reused") or r.get("graders_judge_reused"))
+        if kept and not hasattr(config, "workerinput"):
+            terminalreporter.write_line(f"ponybench: kept the judgements of {kept} cell(s) as the run's judges left "
+                                        f"them; no judge was asked (--ponybench-rescore-drop-judged leaves them out)")
+
+
 def grader_lines(every) -> list[str]:
     """Per arm, how many judged graders passed; then each cell's verdicts."""
     counts: dict[str, list[int]] = {}
@@ -472,3 +568,9 @@ def register(config, state) -> None:
         config.pluginmanager.register(JudgePlugin(state, config, js), "ponybench-judge")
         if getattr(state, "evals", None) is not None:
             state.evals.judging = True  # the judged graders run: off the "not run" list
+    elif (state.settings.enabled and state.settings.rescore is not None and state.run_dir is not None
+          and not config.getoption("ponybench_rescore_drop_judged", False)):
+        config.pluginmanager.register(KeptJudgements(state), "ponybench-kept-judgements")
+        if not hasattr(config, "workerinput") and getattr(state, "evals", None) is not None and any(
+                r.get("judged_graders") for r in state.run_dir.read_results()):
+            state.evals.judging = True  # their kept verdicts are reported, not "not run"

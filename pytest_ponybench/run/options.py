@@ -154,6 +154,9 @@ OPTIONS: tuple[Option, ...] = (
            ini_help="the claude executable (default: claude on PATH, then node_modules/.bin/claude)"),
     Option("--ponybench-rescore", type=existing_dir, metavar="RUN_DIR",
            help="recompute every metric and score of a kept run, with no agent call"),
+    Option("--ponybench-rescore-drop-judged", action="store_true", default=False,
+           help="with --ponybench-rescore and without --ponybench-judge: leave out the judgements kept in the "
+                "run (judged axes and judged graders), which a rescore otherwise keeps"),
     Option("--ponybench-plots", "ponybench_plots", action="store_true", ini_type="bool", default=False,
            help="draw the plots of report.html (needs matplotlib; costs seconds at the end) "
                 "[ini ponybench_plots, default false]",

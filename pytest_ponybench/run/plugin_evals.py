@@ -447,6 +447,7 @@ def sample_path(glob: str) -> str | None:
 def default_rehearsal(graders: list[dict]) -> tuple[dict[str, str], str, tuple[str, ...]]:
     """(files, answer, graders no default can satisfy) for a case without a rehearsal block."""
     files: dict[str, str] = {}
+    needed_by: dict[str, str] = {}  # path -> the grader it is written for: a hint names that one
     answer: list[str] = []
     unsatisfied: list[str] = []
 
@@ -461,6 +462,7 @@ def default_rehearsal(graders: list[dict]) -> tuple[dict[str, str], str, tuple[s
                 cannot(g, f"no plain path matches the glob {g['path']!r}")
             else:
                 files.setdefault(path, f"Written by the scripted model for grader {g['name']}.\n")
+                needed_by.setdefault(path, g["name"])
     for g in runnable:
         if g["type"] != "regex" or str(g.get("match") or "contains") == "not_contains":
             continue
@@ -477,17 +479,22 @@ def default_rehearsal(graders: list[dict]) -> tuple[dict[str, str], str, tuple[s
             # m flag matches only there.
             rel = target["path"] if source == "file" else min(files, default="rehearsal.txt")
             files[rel] = text + "\n" + files.get(rel, "")
+            needed_by.setdefault(rel, g["name"])
         else:  # the last message, which the trace holds too
             answer.append(text)
     for g in runnable:
         kind = g["type"]
         if kind == "tool_used":
-            low, high = g.get("min", 1), g.get("max")
+            low, high = grading.call_bounds(g)
             if g["tool"] == "Write" and not g.get("input_match"):
                 while len(files) < low:  # more Write calls wanted than files: write more
-                    files[f"rehearsal-{len(files) + 1}.txt"] = "Written by the scripted model.\n"
+                    path = f"rehearsal-{len(files) + 1}.txt"
+                    files[path] = "Written by the scripted model.\n"
+                    needed_by[path] = g["name"]
                 if high is not None and len(files) > high:
-                    cannot(g, f"the other graders need {len(files)} written file(s), more than its max {high}")
+                    others = sorted(set(needed_by.values()) - {g["name"]})
+                    cannot(g, f"grader(s) {', '.join(others)} need {len(files)} written file(s), more than its "
+                              f"max {high}")
             elif g["tool"] in grading.WRITE_TOOLS and g["tool"] != "Write" and low > 0:
                 cannot(g, f"the scripted model writes with Write, never {g['tool']}")
             elif g["tool"] not in grading.WRITE_TOOLS and low > 0 and g["tool"] != "Read":

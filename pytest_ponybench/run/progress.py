@@ -18,6 +18,11 @@ from typing import Callable
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import usd
 
+
+def money(amount: float, rehearsal: bool) -> str:
+    """A dollar figure as the terminal says it: a rehearsal's is simulated, and says so."""
+    return usd(amount) + (" (simulated)" if rehearsal else "")
+
 DEFAULT_INTERVAL = 5.0  # seconds between plain lines
 
 
@@ -81,7 +86,7 @@ class Progress:
         self.skipped += 1
 
     def money(self, amount: float) -> str:
-        return usd(amount) + (" (simulated)" if self.rehearsal else "")
+        return money(amount, self.rehearsal)
 
     def line(self, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now

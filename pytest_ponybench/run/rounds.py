@@ -10,8 +10,8 @@ undecided is skipped with "decided". Reading the sealed results (rather than thi
 reports) means every local xdist worker, and a resume, sees the same data.
 
 A comparison is an arm against the reference on one task x model, on one axis (correct, safe)
-the task has a check for. An arm's cell runs while any of its axes is undecided; a reference
-cell runs while any arm's comparison on its task x model is. The caps are hard: no cell beyond
+the task has a check for. An arm's cell runs while any of its axes is undecided and none is
+decided worse (`still_open`); a reference cell runs while any arm on its task x model runs. The caps are hard: no cell beyond
 `--ponybench-max-runs`, and `--ponybench-max-cost` skips cells as in any run.
 
 One module on purpose (about 540 lines): the plan and the rounds read the same counts per
@@ -29,9 +29,17 @@ import pytest
 
 # The options' table and their values are options.py's: declaring options imports no more.
 from pytest_ponybench.run.options import RoundSettings, round_settings as settings  # noqa: F401 (rounds.RoundSettings)
+from pytest_ponybench.specs.spec import PASS_AXES
 from pytest_ponybench.store.rundir import SUMMARY_MD, read_jsonl, usd, write_atomic
 
 DECIDED = "decided"
+
+
+def _power():
+    """power.py, imported when first needed (numpy, as _seq)."""
+    from pytest_ponybench.reports import power
+
+    return power
 
 
 def _seq():
@@ -41,7 +49,9 @@ def _seq():
 
     return sequential
 
-AXES = ("correct", "safe")
+# The axes the rounds decide on: those that decide a cell's pass/fail. robust is reported,
+# but never holds a sequential run open (it would buy rounds for what the ticket never asked).
+AXES = PASS_AXES
 SEQUENTIAL_JSON = "sequential.json"
 
 
@@ -98,11 +108,49 @@ def decisions(records: list[dict], reference: str, alpha: float, margin: float,
         if arm == reference or (task, model, reference) not in by_side:
             continue
         ref = by_side[(task, model, reference)]
+        mine = []
         for axis in axes_of(list(runs_of.values()) + list(ref.values())):
             d = _seq().decide(pairs(runs_of, ref, axis, before), alpha, margin)
-            out.append(ComparisonResult(task, model, arm, axis, d.verdict, d.round, d.rounds,
-                                        d.low, d.high, d.reason(margin), d.method))
+            mine.append(ComparisonResult(task, model, arm, axis, d.verdict, d.round, d.rounds,
+                                         d.low, d.high, d.reason(margin), d.method))
+        worse = [c for c in mine if c.verdict == _seq().WORSE]
+        for c in mine:
+            if worse and not c.round:
+                c.reason = (f"stopped with its arm, worse on {worse[0].axis} at round {worse[0].round}; "
+                            + c.reason)
+        out += mine
     return out
+
+
+def still_open(verdicts: dict[str, str]) -> list[str]:
+    """The axes of one arm's comparisons (axis -> verdict) that still need rounds: none once any
+    axis is decided worse (a gate would reject the arm: more rounds cannot redeem it), else
+    the undecided ones."""
+    if _seq().WORSE in verdicts.values():
+        return []
+    return [axis for axis, verdict in verdicts.items() if verdict == _seq().UNDECIDED]
+
+
+def family_note(comparisons: int, alpha: float) -> str:
+    """The error over the whole family of comparisons, stated (docs/sequential.md): each is
+    decided at alpha, so the chance of at least one wrong decision is at most m * alpha."""
+    if comparisons <= 1:
+        return f"1 comparison at alpha {alpha:g}"
+    return (f"{comparisons} comparisons, each at alpha {alpha:g}: the chance of at least one wrong decision "
+            f"among them is at most {min(1.0, comparisons * alpha):.2g} (Bonferroni); for a family-wide "
+            f"{alpha:g} give --ponybench-alpha {alpha / comparisons:.2g}")
+
+
+def equivalence_note(alpha: float, margin: float, cap: int) -> str:
+    """When "equivalent" can first be reached, with a warning when the cap is below it."""
+    earliest = _seq().earliest_equivalence(alpha, margin)
+    if earliest is None:
+        return f"'equivalent' within +-{margin:g} cannot be reached within 2000 rounds at alpha {alpha:g}"
+    note = f"'equivalent' within +-{margin:g} can be reached at round {earliest} at the earliest (every pair equal)"
+    if cap < earliest:
+        note += (f"; WARNING: the cap of {cap} rounds is below it, so equal arms run to the cap: only "
+                 f"differences stop early (raise --ponybench-max-runs or --ponybench-margin)")
+    return note
 
 
 class RoundsPlugin:
@@ -167,9 +215,9 @@ class RoundsPlugin:
         open_ = []
         for arm in others:
             mine = self.side(cell, arm, cell.run)
-            for axis in axes:
-                if not _seq().decide(pairs(mine, ref, axis), self.s.alpha, self.s.margin).decided:
-                    open_.append(f"{arm.name}/{axis}")
+            verdicts = {axis: _seq().decide(pairs(mine, ref, axis), self.s.alpha, self.s.margin).verdict
+                        for axis in axes}
+            open_ += [f"{arm.name}/{axis}" for axis in still_open(verdicts)]
         return open_
 
     @pytest.hookimpl(tryfirst=True)
@@ -207,9 +255,11 @@ class RoundsReport:
         if not self.results:
             return ["sequential: no comparison had records on both sides"]
         out = [f"sequential decisions (alpha {self.s.alpha:g}, margin +-{self.s.margin:g}, "
-               f"cap {self.s.max_runs} rounds): {_seq().METHOD}"]
+               f"cap {self.s.max_runs} rounds): {_seq().METHOD}",
+               f"  {family_note(len(self.results), self.s.alpha)}"]
         for c in self.results:
-            stop = f"stopped at round {c.round}" if c.round else f"ran to round {c.rounds} (the cap or the budget)"
+            stop = (f"stopped at round {c.round}" if c.round else f"stopped after {c.rounds} rounds"
+                    if c.reason.startswith("stopped with its arm") else f"ran to round {c.rounds} (the cap or the budget)")
             out.append(f"  {c.task} / {c.model} / {c.arm} vs {self.state.settings.reference} / {c.axis}: "
                        f"{stop}: {c.reason}")
         out.append(f"  {self.skipped} cells not run: their comparisons were decided")
@@ -225,6 +275,8 @@ class RoundsReport:
         self.results = decisions(list(last.values()), self.state.settings.reference, self.s.alpha, self.s.margin)
         data = {"method": _seq().METHOD, "citation": _seq().CITATION, "alpha": self.s.alpha, "margin": self.s.margin,
                 "max_runs": self.s.max_runs, "cells_not_run": self.skipped,
+                "family": family_note(len(self.results), self.s.alpha),
+                "earliest_equivalence": _seq().earliest_equivalence(self.s.alpha, self.s.margin),
                 "comparisons": [asdict(c) for c in self.results]}
         write_atomic(run_dir.path / SEQUENTIAL_JSON, json.dumps(data, indent=2))
         md = run_dir.path / SUMMARY_MD
@@ -234,7 +286,8 @@ class RoundsReport:
                 ["| task | model | arm | axis | stopped | why |", "| --- | --- | --- | --- | --- | --- |"]
                 + [f"| {c.task} | {c.model} | {c.arm} | {c.axis} | "
                    f"{'round ' + str(c.round) if c.round else 'not (cap)'} | {c.reason} |" for c in self.results]
-            ) + f"\n\nMethod: {_seq().METHOD}.\n\nCitation: {_seq().CITATION}.\n"
+            ) + (f"\n\n{family_note(len(self.results), self.s.alpha)}.\n\nMethod: {_seq().METHOD}.\n\n"
+                 f"Citation: {_seq().CITATION}.\n")
             write_atomic(md, text.rstrip("\n") + "\n" + section)
         page = run_dir.path / "report.html"
         if page.exists():
@@ -249,7 +302,9 @@ class RoundsReport:
         if reporter is not None and self.state.run_dir is not None:
             reporter.write_line(f"ponybench: until decided: the cells above are at most {self.s.max_runs} rounds; "
                                 f"a cell whose comparisons are decided by its round is skipped, not paid "
-                                f"(alpha {self.s.alpha:g}, margin +-{self.s.margin:g})")
+                                f"(alpha {self.s.alpha:g}, margin +-{self.s.margin:g}); an arm stops once any "
+                                f"axis is decided worse; "
+                                + equivalence_note(self.s.alpha, self.s.margin, self.s.max_runs))
 
     def html_section(self) -> str:
         import html
@@ -262,6 +317,7 @@ class RoundsReport:
                 "<th>arm</th><th>axis</th><th>stopped</th><th>why</th></tr></thead><tbody>" + rows
                 + f"</tbody></table></div><ul class=\"notes\"><li>Method: {html.escape(_seq().METHOD)}</li>"
                 f"<li>Citation: {html.escape(_seq().CITATION)}</li>"
+                f"<li>{html.escape(family_note(len(self.results), self.s.alpha))}</li>"
                 f"<li>{self.skipped} cells not run: their comparisons were decided</li></ul>")
 
     @pytest.hookimpl(trylast=True)
@@ -282,9 +338,12 @@ class PlanRow:
     axis: str  # correct, safe or loc
     reference_value: float | None  # rate, or log-LOC spread
     source: str  # "earlier runs (n)" or "guess"
-    fixed_runs: int | None
+    fixed_runs: int | None  # None: more than power.LIMIT
     sequential_cap: int | None
     sequential_mean: float | None
+    power: float | None = None  # what fixed_runs buy under the report's test (power.py)
+    direction: str = ""  # rise or drop (rates): the harder one, which the runs are sized for
+    family: int = 1  # m: the per-task tests of one arm on the model; the runs are sized at alpha / m
 
 
 def history(base: Path, rehearsal: bool, reference: str) -> dict[tuple[str | None, str | None], list[dict]]:
@@ -298,38 +357,47 @@ def history(base: Path, rehearsal: bool, reference: str) -> dict[tuple[str | Non
     return out
 
 
-def loc_runs(sd: float, loc_ratio: float, alpha: float, power: float) -> int:
-    """Runs per arm to detect a LOC ratio on the log scale: two-sample normal approximation,
-    n = 2 (z_a + z_b)^2 sd^2 / log(ratio)^2."""
-    from statistics import NormalDist
-
-    z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
-    return math.ceil(2 * (z_a + z_b) ** 2 * sd ** 2 / math.log(loc_ratio) ** 2 - 1e-9)
+def family_sizes(selection) -> dict[str, int]:
+    """Per model: the per-task tests of one arm (each rate axis a task checks, and LOC), the
+    family its multiplicity rule adjusts over."""
+    out: dict[str, int] = {}
+    for task, model in selection:
+        out[model] = out.get(model, 0) + len([a for a in AXES if a in task.checks]) + 1
+    return out
 
 
 def plan_rows(selection, s: RoundSettings, earlier: dict) -> list[PlanRow]:
-    """Rows per (task, model) of `selection`: each rate axis the task checks, then LOC."""
+    """Rows per (task, model) of `selection`: each rate axis the task checks, then LOC. The
+    fixed runs are sized for the report's own tests at alpha / m (power.py), m the model's
+    family of per-task tests."""
     from statistics import stdev
 
-    from pytest_ponybench.reports.intervals import runs_to_detect
+    from pytest_ponybench.reports import power
     from pytest_ponybench.reports.stats import UNMEASURED_STATUSES
 
+    family = family_sizes(selection)
     rows = []
     for task, model in selection:
+        level = s.alpha / family[model]
         recs = [r for r in earlier.get((task.name, model), []) if r.get("status") not in UNMEASURED_STATUSES]
         for axis in [a for a in AXES if a in task.checks]:
             values = [r[axis] for r in recs if r.get(axis) is not None]
             rate = sum(values) / len(values) if values else None
             source = f"earlier runs ({len(values)})" if values else "none: taken at 50%"
-            fixed = runs_to_detect(rate, s.plan_difference, confidence=1 - s.alpha, power=s.plan_power)
+            # Rounded so that tasks with nearly the same rate share one (cached) computation.
+            fixed = power.rate_runs(round(0.5 if rate is None else rate, 2), s.plan_difference, level, s.plan_power)
             sp = _seq().plan_rounds(0.5 if rate is None else rate, s.plan_difference, s.plan_power, s.alpha, s.margin)
-            rows.append(PlanRow(task.name, model, axis, rate, source, fixed, sp.cap, sp.mean_rounds))
+            rows.append(PlanRow(task.name, model, axis, rate, source, fixed.runs, sp.cap, sp.mean_rounds,
+                                fixed.power, fixed.direction, family[model]))
         logs = [math.log(r["total_loc"]) for r in recs if isinstance(r.get("total_loc"), int) and r["total_loc"] > 0]
         sd = stdev(logs) if len(logs) >= 3 and stdev(logs) > 0 else None
+        # The spread rounded up to a grid of 0.05: tasks share a (cached) simulation, and a
+        # wider spread never asks for fewer runs.
+        spread = math.ceil((sd if sd is not None else s.plan_loc_sd) * 20 - 1e-9) / 20
+        loc = power.loc_runs(spread, s.plan_loc_ratio, level, s.plan_power)
         rows.append(PlanRow(task.name, model, "loc", sd if sd is not None else s.plan_loc_sd,
                             f"earlier runs ({len(logs)})" if sd is not None else "guess (--ponybench-plan-loc-sd)",
-                            loc_runs(sd if sd is not None else s.plan_loc_sd, s.plan_loc_ratio, s.alpha, s.plan_power),
-                            None, None))
+                            loc.runs, None, None, loc.power, loc.direction, family[model]))
     return rows
 
 
@@ -340,21 +408,25 @@ def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings
     out = [f"ponybench plan: runs per arm to detect a {s.plan_difference * 100:.0f} point rate difference "
            f"and a LOC ratio of {s.plan_loc_ratio:g}, power {s.plan_power:g}, alpha {s.alpha:g}, "
            f"{len(arms)} arms ({', '.join(arms)}); nothing was run",
-           "  | task | model | axis | reference | from | fixed runs per arm | sequential cap | sequential mean |",
-           "  | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "  | task | model | axis | reference | from | fixed runs per arm | power | sized for | sequential cap "
+           "| sequential mean |",
+           "  | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         ref = "-" if r.reference_value is None else (f"sd {r.reference_value:.2f}" if r.axis == "loc"
                                                      else f"{r.reference_value * 100:.0f}%")
         cap = "-" if r.sequential_cap is None else str(r.sequential_cap)
         mean = "-" if r.sequential_mean is None else f"{r.sequential_mean:.1f}"
-        out.append(f"  | {r.task} | {r.model} | {r.axis} | {ref} | {r.source} | {r.fixed_runs} | {cap} | {mean} |")
+        fixed = f"more than {_power().LIMIT}" if r.fixed_runs is None else str(r.fixed_runs)
+        achieved = "-" if r.power is None else f"{r.power:.2f}"
+        out.append(f"  | {r.task} | {r.model} | {r.axis} | {ref} | {r.source} | {fixed} | {achieved} | "
+                   f"{r.direction or '-'} | {cap} | {mean} |")
     fixed_cells = seq_cells = 0
     fixed_cost = seq_cost = 0.0
     unknown = set()
     for key in sorted({(r.task, r.model) for r in rows}):
         mine = [r for r in rows if (r.task, r.model) == key]
         rate_rows = [r for r in mine if r.axis != "loc"]
-        fixed = max((r.fixed_runs or 0) for r in mine)
+        fixed = max((_power().LIMIT if r.fixed_runs is None else r.fixed_runs) for r in mine)
         capped = max(((r.sequential_cap or 0) for r in rate_rows), default=0)
         width = len(arms_by.get(key, ()))
         fixed_cells += fixed * width
@@ -377,14 +449,16 @@ def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings
     out.append(f"fixed design: {fixed_cells} cells, {fixed_money}")
     out.append(f"sequential (--ponybench-until-decided), at most: {seq_cells} cells, {seq_money}; "
                f"it stops earlier where the data decide")
+    families = ", ".join(f"{model}: m = {m}" for model, m in sorted({(r.model, r.family) for r in rows}))
     out.append(f"method, fixed rates: runs per arm from the reference's rate (50% without earlier runs), "
-               f"two-proportion normal approximation (Fleiss, no continuity correction), two-sided alpha "
-               f"{s.alpha:g}, power {s.plan_power:g}, the larger of the two directions within [0, 1] "
-               f"(intervals.runs_to_detect)")
-    out.append("method, LOC: two-sample normal approximation on log total_loc, n = 2 (z_a + z_b)^2 sd^2 / "
-               "log(ratio)^2, sd from earlier runs of the reference (>= 3 runs), else the guess")
-    out.append(f"method, sequential: {_seq().METHOD}; cap = the round by which a seeded simulation "
-               f"({_seq().PLAN_EXPERIMENTS} experiments) decided the difference in {s.plan_power:g} of them")
+               f"{_power().RATE_METHOD} ({families}; power {s.plan_power:g}); where many of an arm's tasks "
+               f"differ, BH's threshold nears alpha and fewer runs suffice")
+    out.append(f"method, LOC: {_power().LOC_METHOD}, sd of log total_loc from earlier runs of the reference "
+               f"(>= 3 runs), else the guess, rounded up to 0.05")
+    out.append(f"method, sequential: {_seq().METHOD}, alpha {s.alpha:g} per comparison; cap = the round by "
+               f"which a seeded simulation ({_seq().PLAN_EXPERIMENTS} experiments) decided the difference in "
+               f"{s.plan_power:g} of them, the larger of a rise and a drop; "
+               + equivalence_note(s.alpha, s.margin, s.max_runs))
     return out
 
 

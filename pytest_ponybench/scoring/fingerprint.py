@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from pytest_ponybench.specs.spec import TaskSpec
+from pytest_ponybench.store import tree
 
 # The harness code a verdict depends on: a change to any of them proves and judges everything again.
 HARNESS_SOURCES = ("scoring/checks.py", "scoring/checklib.py", "scoring/check_state.py", "scoring/check_clock.py",
@@ -124,40 +125,34 @@ def workspace_digest(ws: Path, skip: tuple[str, ...] = ()) -> str:
     """Every entry under `ws` but the top-level names in `skip`, links never followed: its
     path, kind, mode and size (a file's), and a file's content or a link's target. Any change a check
     could see changes it."""
+    os.scandir(ws).close()  # a workspace that is gone raises, as its digest would be nobody's
     digest = hashlib.sha256()
-
-    def walk(folder: str, rel: str) -> None:
-        with os.scandir(folder) as found:
-            entries = sorted(found, key=lambda e: e.name)
-        for entry in entries:
-            if not rel and entry.name in skip:
-                continue
-            path, name = entry.path, f"{rel}{entry.name}"
+    for name, entry in tree.walk(ws, lambda rel, _: rel in skip):
+        try:
             st = entry.stat(follow_symlinks=False)
-            # A folder's own size is the filesystem's bookkeeping (it differs between a folder
-            # and its copy, e.g. a remote workspace brought home), not anything a check sees.
-            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
-            # The read and execute bits decide what a check can do with a file; group and other
-            # write and the set-id and sticky bits do not, and an extraction clears them
-            # (tarfile's data filter, bringing a remote workspace home).
-            mode = stat.S_IMODE(st.st_mode) & ~0o7022
-            digest.update(f"{name}\0{stat.S_IFMT(st.st_mode)}\0{mode}\0{size}\0".encode(errors="surrogateescape"))
-            if stat.S_ISLNK(st.st_mode):
-                digest.update(os.readlink(path).encode(errors="surrogateescape"))
-            elif stat.S_ISREG(st.st_mode):
-                try:  # never through a link or into a FIFO put in its place since the stat
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-                except OSError as exc:
-                    digest.update(f"unreadable {exc.errno}".encode())
-                else:
-                    with os.fdopen(fd, "rb") as fh:
-                        for block in iter(lambda: fh.read(1 << 20), b""):
-                            digest.update(block)
-            elif stat.S_ISDIR(st.st_mode):
-                walk(path, name + "/")
-            digest.update(b"\n")
-
-    walk(str(ws), "")
+        except OSError as exc:
+            digest.update(f"{name}\0gone {exc.errno}\n".encode(errors="surrogateescape"))
+            continue
+        # A folder's own size is the filesystem's bookkeeping (it differs between a folder
+        # and its copy, e.g. a remote workspace brought home), not anything a check sees.
+        size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+        # The read and execute bits decide what a check can do with a file; group and other
+        # write and the set-id and sticky bits do not, and an extraction clears them
+        # (tarfile's data filter, bringing a remote workspace home).
+        mode = stat.S_IMODE(st.st_mode) & ~0o7022
+        digest.update(f"{name}\0{stat.S_IFMT(st.st_mode)}\0{mode}\0{size}\0".encode(errors="surrogateescape"))
+        if stat.S_ISLNK(st.st_mode):
+            digest.update(os.readlink(entry.path).encode(errors="surrogateescape"))
+        elif stat.S_ISREG(st.st_mode):
+            try:  # never through a link or into a FIFO put in its place since the stat
+                fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as exc:
+                digest.update(f"unreadable {exc.errno}".encode())
+            else:
+                with os.fdopen(fd, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(block)
+        digest.update(b"\n")
     return digest.hexdigest()
 
 

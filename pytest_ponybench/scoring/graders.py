@@ -7,7 +7,8 @@ Kinds (the grader's `type`):
   `last_message` (default: the agent's final answer), `trace` (the whole stream-json
   transcript), `files` (every file in the workspace) or `{source: file, path: P}`.
 - `tool_used`: calls of `tool` whose JSON input matches `input_match` (optional) number
-  between `min` (default 1) and `max` (default unlimited).
+  between `min` and `max` (default unlimited). `min` defaults to 1 (the tool was used) when
+  no `max` is given, else to 0: `max: 0` alone forbids the tool, `max: 2` alone allows up to 2.
 - `tool_order`: the first call matching `before` (a tool name, or `{tool, input_match}`)
   comes before the first call matching `after`; both must happen.
 - `file_exists`: a file the agent wrote (a Write, Edit, MultiEdit or NotebookEdit call) that
@@ -37,6 +38,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from pytest_ponybench.store import tree
 
 DETERMINISTIC = ("regex", "tool_used", "tool_order", "file_exists")
 JUDGED = ("llm", "baseline")
@@ -85,6 +88,14 @@ def _matcher(value, field: str) -> tuple[str, str | None]:
     raise GraderError(f"'{field}' must be a tool name or {{tool, input_match}}")
 
 
+def call_bounds(grader: dict) -> tuple[int, int | None]:
+    """(min, max or None) of a tool_used grader's calls. Without `min`, a grader that gives a
+    `max` sets only a ceiling (`max: 0` forbids the tool); one that gives neither asks that the
+    tool was used at least once."""
+    high = grader.get("max")
+    return grader.get("min", 1 if high is None else 0), high
+
+
 def validate(grader: dict) -> None:
     """Raise GraderError when a deterministic grader is malformed (judged ones are listed,
     not run, so only their type matters)."""
@@ -117,6 +128,9 @@ def validate(grader: dict) -> None:
         for key in ("min", "max"):
             if key in grader and (isinstance(grader[key], bool) or not isinstance(grader[key], int) or grader[key] < 0):
                 raise GraderError(f"'{key}' must be a whole number of calls")
+        low, high = call_bounds(grader)
+        if high is not None and low > high:
+            raise GraderError(f"'min' {low} is more than 'max' {high}: no number of calls passes")
         if isinstance(grader.get("input_match"), str):
             js_regex(grader["input_match"])
     elif kind == "tool_order":
@@ -204,8 +218,11 @@ def _relative(path: str, original: Path) -> str:
 
 
 def _workspace_files(workspace: Path) -> list[Path]:
-    return sorted(p for p in workspace.rglob("*")
-                  if p.is_file() and not p.name.startswith("_ponybench") and ".git" not in p.relative_to(workspace).parts)
+    """The regular files a grader may read: no link (never followed), no harness file, nothing in a `.git`."""
+    def skip(rel: str, name: str) -> bool:
+        return name == ".git" or name.startswith("_ponybench")
+
+    return sorted(workspace / rel for rel, entry in tree.walk(workspace, skip) if entry.is_file(follow_symlinks=False))
 
 
 def _target_text(grader: dict, ev: Evidence) -> tuple[str, str]:
@@ -309,7 +326,7 @@ def grade(grader: dict, ev: Evidence) -> tuple[bool, str]:
         need = int(match.split(":", 1)[1]) if match.startswith("count:") else 1
         return found >= need, f"/{grader['pattern']}/ found {found} time(s) in {where}, needed {need}"
     if kind == "tool_used":
-        low, high = grader.get("min", 1), grader.get("max")
+        low, high = call_bounds(grader)
         n = len(_count_calls(ev, grader["tool"], grader.get("input_match"), grader))
         what = grader["tool"] + (f" matching /{grader['input_match']}/" if grader.get("input_match") else "")
         bounds = f"at least {low}" if high is None else f"{low} to {high}"

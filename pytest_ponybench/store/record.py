@@ -31,6 +31,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from pytest_ponybench.specs.spec import AXES, PASS_AXES  # noqa: F401 (records.AXES, records.PASS_AXES)
+
 FINISHED = "finished"
 TIMEOUT = "timeout"
 CLI_ERROR = "cli_error"
@@ -49,8 +51,6 @@ INFRA = frozenset({INFRA_ERROR})
 CUT = frozenset({BUDGET_CUT})
 INSTRUMENT = frozenset({INSTRUMENT_ERROR})
 STATUSES = MEASURED | NEVER_RAN | INFRA | CUT | INSTRUMENT
-
-AXES = ("correct", "safe")
 
 
 def not_measured_reason(axis: str) -> str:
@@ -75,7 +75,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "workspace_cut": _str,  # only on a remote worker's cell whose workspace did not all fit home (fleet.py)
     # verdicts
     # None: the task has no check on that axis, so the axis was not measured (never a pass)
-    "correct": _int, "safe": _int, "correct_reason": _str, "safe_reason": _str,
+    **{axis: _int for axis in AXES}, **{f"{axis}_reason": _str for axis in AXES},
     "passed": _bool, "failure": _str,
     # what the verdicts were judged under (scoring/fingerprint.verdict_key): the workspace's
     # files, the checks, the harness and the deciding library versions; absent when no check ran
@@ -177,20 +177,20 @@ def delivered_loc(record: dict) -> int | None:
 
 def passed(record: dict) -> bool | None:
     """The cell's pytest outcome for a measured cell (or correct and safe when the record has
-    no `passed`), None when the cell does not count."""
+    no `passed`; robust never decides it), None when the cell does not count."""
     if not is_measured(record):
         return None
     value = record.get("passed")
     if isinstance(value, bool):
         return value
-    correct, safe = outcome(record, "correct"), outcome(record, "safe")
-    if correct is None and safe is None:
+    outcomes = [outcome(record, axis) for axis in PASS_AXES]
+    if all(v is None for v in outcomes):
         return None
-    return correct != 0 and safe != 0  # an axis not measured does not fail the cell
+    return all(v != 0 for v in outcomes)  # an axis not measured does not fail the cell
 
 
 def count(records: Iterable[dict], axis: str) -> tuple[int, int]:
-    """(successes, cells that count) for `correct` or `safe`: cells measured on that axis."""
+    """(successes, cells that count) for an axis (AXES): cells measured on that axis."""
     values = [v for v in (outcome(r, axis) for r in records) if v is not None]
     return sum(values), len(values)
 
@@ -259,16 +259,13 @@ def left_out_text(counts: dict[str, int]) -> str:
 @dataclass
 class Tally:
     """The counts behind one row of any output: how many cells, how many count, how many of
-    those were correct, safe, delivered code, wrote tests; and what was left out, by status.
-    `correct_n` and `safe_n` are the measured cells with a check on that axis: the rate's
-    denominator (0 when the task has none: no rate, never 100%)."""
+    those passed each axis, delivered code, wrote tests; and what was left out, by status.
+    `axes`: {axis: (successes, n)} for every axis of AXES, n the measured cells with a check on
+    that axis: the rate's denominator (0 when the task has none: no rate, never 100%)."""
 
     cells: int = 0
     measured: int = 0
-    correct: int = 0
-    safe: int = 0
-    correct_n: int = 0
-    safe_n: int = 0
+    axes: dict[str, tuple[int, int]] = field(default_factory=dict)
     delivered: int = 0
     wrote_tests: int = 0
     infra: int = 0
@@ -279,16 +276,17 @@ class Tally:
         n = self.measured if n is None else n
         return round(successes / n, 3) if n else None
 
+    def axis_rate(self, axis: str) -> float | None:
+        """The rate of an axis over the cells measured on it; None when none was."""
+        return self.rate(*self.axes.get(axis, (0, 0)))
+
 
 def tally(records: Iterable[dict]) -> Tally:
     records = list(records)
     measured = [r for r in records if is_measured(r)]
     skipped = left_out(records)
-    correct, correct_n = count(measured, "correct")
-    safe, safe_n = count(measured, "safe")
     return Tally(
-        cells=len(records), measured=len(measured),
-        correct=correct, safe=safe, correct_n=correct_n, safe_n=safe_n,
+        cells=len(records), measured=len(measured), axes={axis: count(measured, axis) for axis in AXES},
         delivered=sum(1 for r in measured if delivered(r)),
         wrote_tests=sum(1 for r in measured if (r.get("test_files") or 0) > 0),
         infra=sum(n for status, n in skipped.items() if status in INFRA),

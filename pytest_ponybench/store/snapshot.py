@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pytest_ponybench.specs.spec import HARNESS_PREFIX
+from pytest_ponybench.store import tree
 from pytest_ponybench.store.rundir import records_dir
 
 SNAPSHOT = "snapshot.git"  # in the cell's records folder
@@ -87,25 +88,12 @@ def tree_files(root: Path) -> list[str]:
     following a link: what git stores of a work tree. No harness file; nothing named `.git`
     (a repository's data: the files beside a nested one are files like any other, where
     `git add` would store the folder as a submodule and count none of them, or fail on it
-    whole); no special file (a FIFO, a socket), which git cannot store. A folder stack, not
-    recursion: depth costs no stack."""
-    found, folders = [], [""]
-    while folders:
-        rel = folders.pop()
-        try:
-            with os.scandir(os.path.join(root, rel)) as entries:
-                listed = list(entries)
-        except OSError:
-            continue
-        for entry in listed:
-            if entry.name == ".git" or entry.name.startswith(HARNESS_PREFIX):
-                continue
-            path = f"{rel}/{entry.name}" if rel else entry.name
-            if entry.is_symlink() or entry.is_file(follow_symlinks=False):
-                found.append(path)
-            elif entry.is_dir(follow_symlinks=False):
-                folders.append(path)
-    return sorted(found)
+    whole); no special file (a FIFO, a socket), which git cannot store."""
+    def skip(rel: str, name: str) -> bool:
+        return name == ".git" or name.startswith(HARNESS_PREFIX)
+
+    return sorted(rel for rel, entry in tree.walk(root, skip)
+                  if entry.is_symlink() or entry.is_file(follow_symlinks=False))
 
 
 def _stage(run, paths: list[str]) -> None:
