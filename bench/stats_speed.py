@@ -1,4 +1,5 @@
-"""Time stats.arm_stats, report.write_reports and compare.compare_runs on a synthetic run.
+"""Time stats.arm_stats, primary.answers, report.write_reports and compare.compare_runs on a
+synthetic run.
 
     python bench/stats_speed.py [TASKS] [RUNS]
 
@@ -12,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_ponybench.reports import compare, report, stats
+from pytest_ponybench.reports import compare, primary, report, stats
 
 ARMS = {"baseline": (0.8, 100), "terse": (0.8, 70), "verbose": (0.6, 140), "plugin": (0.85, 95)}
 MODELS = ("haiku", "sonnet")
@@ -49,7 +50,8 @@ def main() -> None:
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     old, new = synthetic_run(tasks, runs, 1), synthetic_run(tasks, runs, 2)
     print(f"{len(new)} cells: {tasks} tasks x {len(ARMS)} arms x {len(MODELS)} models x {runs} runs")
-    timed("stats.arm_stats", stats.arm_stats, new)
+    arm_stats = timed("stats.arm_stats", stats.arm_stats, new)
+    timed("primary.answers", primary.answers, new, "baseline", arm_stats)
     with tempfile.TemporaryDirectory() as run_dir:
         timed("report.write_reports", report.write_reports, Path(run_dir), new)
     timed("compare.compare_runs", compare.compare_runs, old, new)

@@ -103,7 +103,7 @@ def test_compare_runs_per_task_values_by_hand():
     # Fisher: margins 4 and 4 runs, 5 safe. Numerators C(4,k) C(4,5-k), k = 1..4: 4, 24, 24,
     # 4 of C(8,5) = 56; observed k = 1: p = (4 + 4) / 56. Two tests (correct: p = 1): Holm x2.
     assert s.safe_diff.p_value == pytest.approx(8 / 56)
-    assert s.safe_diff.p_holm == pytest.approx(16 / 56)
+    assert s.safe_diff.p_adjusted == pytest.approx(16 / 56)
     assert s.correct_diff.value == 0 and s.correct_diff.p_value == pytest.approx(1.0)
     # Every run 100 lines old, 150 new: the ratio without an interval (was [1.5, 1.5]).
     assert s.loc_ratio.value == pytest.approx(1.5)

@@ -227,6 +227,25 @@ def test_every_record_field_is_a_junit_property(main_runs):
     assert "agent never ran properly (not_run)" in ghost.result[0].message
 
 
+def test_the_answer_per_arm_is_first_in_the_terminal_and_a_run_level_junit_property(main_runs):
+    """At the default of 1 run the answer per arm says what is missing, once per arm, before
+    any table, and travels in --junitxml as a property of the test suite (not of a cell)."""
+    run = main_runs["n0"]
+    after = run.stdout.split(" ponybench summary ", 1)[1].splitlines()[1:]
+    assert after[0] == "The answer per arm (pooled over tasks, 95% intervals; the per-task figures are exploratory):"
+    too_few = "too few runs: 1 of 3 needed per task on each side (--runs 3 or more)"
+    arms = [arm for arm in sorted(ARMS) if arm != "baseline"]
+    assert after[1:1 + len(arms)] == [
+        f"  arm `{arm}` · haiku against `baseline`: "
+        + (too_few if arm != "ghost" else too_few.replace("1 of 3", "0 of 3")) for arm in arms]
+    assert sum("too few runs: " in line for line in after) == len(arms)
+    xml = junitparser.JUnitXml.fromfile(str(run.root / "report.xml"))
+    (suite,) = list(xml)
+    props = {p.name: p.value for p in suite.properties()}
+    assert props["ponybench_primary:brief:haiku"] == f"arm `brief` · haiku against `baseline`: {too_few}"
+    assert pp.summary(run.run_dir)["primary"][0]["note"] == too_few
+
+
 def test_summary_json_rows(main_runs):
     run = main_runs["n0"]
     data = pp.summary(run.run_dir)
@@ -239,7 +258,8 @@ def test_summary_json_rows(main_runs):
         "task": "add", "arm": "brief", "model": "haiku", "n": 1, "cells": 1, "left_out": {},
         "safe_rate": None, "correct_rate": 1.0,  # the task has no safe check: not measured
         "robust_rate": None,  # nor a robust one
-        "wrote_file_rate": 1.0, "total_loc_median": 5, "total_loc_max": 5, "src_loc_median": 4,
+        "wrote_file_rate": 1.0, "total_loc_median": 5, "total_loc_max": 5,
+        "total_loc_median_all_cells": 5, "src_loc_median": 4,
         "src_files_median": 2, "wrote_tests_rate": 1.0, "cost_mean": 0.0123, "out_tokens_mean": 20,
         "total_tokens_mean": 132, "time_s_mean": 1.5,
     }
@@ -261,11 +281,11 @@ def test_the_terminal_summary_table(main_runs):
     out = main_runs["n0"].stdout
     assert re.search(r"=+ ponybench summary =+", out)
     assert re.search(r"^add · haiku$", out, re.M) and re.search(r"^mul · haiku$", out, re.M)
-    assert re.search(r"^\s+arm\s+n\s+correct\s+safe\s+robust\s+wrote code\s+LOC median\s+tokens\s+cost/cell$", out, re.M)
+    assert re.search(r"^\s+arm\s+n\s+correct\s+safe\s+robust\s+wrote code\s+LOC median\s+LOC, all cells\s+tokens\s+cost/cell$", out, re.M)
     # safe and robust '-': the task has no check on them, so they are not measured (never 1/1)
-    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+-\s+-\s+1/1 \(100%\)\s+5\s+132\s+\$0\.012$", out, re.M), out
+    assert re.search(r"^\s+brief\s+1\s+1/1 \(100%\)\s+-\s+-\s+1/1 \(100%\)\s+5\s+5\s+132\s+\$0\.012$", out, re.M), out
     # Left out, as in summary.md and report.html: no rate, and the reason under the table.
-    assert re.search(r"^\s+ghost\s+0 \(\+1\)\s+-\s+-\s+-\s+-\s+-\s+-\s+-$", out, re.M), out
+    assert re.search(r"^\s+ghost\s+0 \(\+1\)\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-$", out, re.M), out
     assert re.search(r"^\s+Left out of every rate .*ghost: \+1 left out: 1 not_run", out, re.M), out
     assert f"ran {len(cells_of_main_project())} cells; kept in {main_runs['n0'].run_dir}" in out
 

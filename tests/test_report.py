@@ -79,27 +79,29 @@ def test_markdown_tables(tmp_path):
 
     header, rows = table_rows(md, "t1 · haiku")
     # robust '-': these tasks have no robust check (not measured, never a pass)
-    assert header == ["arm", "n", "correct", "safe", "robust", "wrote code", "LOC median", "tokens", "cost/cell"]
+    assert header == ["arm", "n", "correct", "safe", "robust", "wrote code", "LOC median", "LOC, all cells",
+                      "tokens", "cost/cell"]
     assert rows == [
-        ["baseline (reference)", "4", "0/4 (0%)", "4/4 (100%)", "-", "4/4 (100%)", "110", "-", "$0.100"],
-        ["terse", "4", "4/4 (100%)", "4/4 (100%)", "-", "4/4 (100%)", "55", "-", "$0.100"],
+        ["baseline (reference)", "4", "0/4 (0%)", "4/4 (100%)", "-", "4/4 (100%)", "110", "110", "-", "$0.100"],
+        ["terse", "4", "4/4 (100%)", "4/4 (100%)", "-", "4/4 (100%)", "55", "55", "-", "$0.100"],
     ]
     # A CLI error is the agent's failure under its arm: measured, and it failed.
     _, rows = table_rows(md, "t4 · haiku")
-    assert rows == [["terse", "1", "0/1 (0%)", "0/1 (0%)", "-", "0/1 (0%)", "-", "-", "-"]]
+    assert rows == [["terse", "1", "0/1 (0%)", "0/1 (0%)", "-", "0/1 (0%)", "-", "-", "-", "-"]]
 
-    header, rows = table_rows(md, "Arms against `baseline`, per task")
-    assert header[4:11] == ["correct Δ [95% CI]", "p (Holm)", "safe Δ [95% CI]", "p (Holm)",
-                            "robust Δ [95% CI]", "p (Holm)", "LOC ratio [95% CI]"]
+    header, rows = table_rows(md, "Arms against `baseline`, per task (exploratory)")
+    assert header[4:11] == ["correct Δ [95% CI]", "p (BH)", "safe Δ [95% CI]", "p (BH)",
+                            "robust Δ [95% CI]", "p (BH)", "LOC ratio [95% CI]"]
     by_task = {row[0]: row for row in rows}
     # t1 correct 4/4 vs 0/4. Newcombe: Wilson(4/4) = [4/(4+z^2), 1] = [0.5101, 1],
     # Wilson(0/4) = [0, 0.4899]; low = 1 - sqrt(0.4899^2 + 0.4899^2) = 0.307 -> +31 pp.
-    # Fisher: 2 of C(8,4) = 70 tables as extreme, p = 0.0286; Holm over 6 tests (3 tasks x
-    # correct, safe; t4 has no test): 6 x 0.0286 = 0.171, so no rate verdict.
+    # Fisher: 2 of C(8,4) = 70 tables as extreme, p = 0.0286. Benjamini-Hochberg over terse's
+    # correct tests: t2 and t3 (4/4 against 4/4) cannot give p < 0.05 and are left out, so
+    # the family is t1 alone: 0.0286 stays, and the interval excludes 0: a finding.
     # LOC: medians 55 / 110 = 0.5; resampled medians stay within 50..60 / 100..120.
-    assert by_task["t1"][4:11] == ["+100 pp [+31, +100]", "0.0286 (0.171)", "+0 pp [-49, +49]",
+    assert by_task["t1"][4:11] == ["+100 pp [+31, +100]", "0.0286 (0.0286)", "+0 pp [-49, +49]",
                                    "1 (1)", "-", "-", "0.50x [0.42, 0.60]"]
-    assert by_task["t1"][11] == "LOC fewer lines"
+    assert by_task["t1"][11] == "correct higher; LOC fewer lines"
     # t2, t3: every run of both sides has the same LOC: a ratio without an interval.
     no_spread = "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
     assert by_task["t2"][10:12] == ["0.80x (no spread)", no_spread]
@@ -109,7 +111,7 @@ def test_markdown_tables(tmp_path):
     assert by_task["t2"][12] == by_task["t3"][12] == "35"
     assert by_task["t4"][4] == "too few runs"
     assert by_task["t4"][11] == "too few runs to conclude: terse 1, baseline 0 (need 3 per side)"
-    assert "Holm-Bonferroni" in md and "(6 tests)" in md and "Newcombe" in md
+    assert "Benjamini-Hochberg" in md and "Holm" not in md and "Newcombe" in md
 
     _, rows = table_rows(md, "Arms against `baseline`, pooled over tasks")
     # Per-task correct differences 1, 0, 0: mean +33 pp; no within-task spread, so resampling
@@ -126,9 +128,9 @@ def test_markdown_tables(tmp_path):
     # pass^4: baseline C(0,4)/C(4,4) = 0 on t1, 1 on t2 and t3: 2/3; pass^1 the same here.
     assert rows == [
         ["baseline", "haiku", "3", "2/3 (67%)", "0/3 (0%)", "1/3 (33%)",
-         "pass^4 67% (pass^1 67%)", ""],
+         "pass^4 67% (pass^1 67%; k = 4, the smallest run count over the arms of haiku)", ""],
         ["terse", "haiku", "3", "3/3 (100%)", "0/3 (0%)", "0/3 (0%)",
-         "pass^4 100% (pass^1 100%)", ""],
+         "pass^4 100% (pass^1 100%; k = 4, the smallest run count over the arms of haiku)", ""],
     ]
     assert "## How to read" in md
 
@@ -197,6 +199,13 @@ window.addEventListener("load", function () {
     if (!img.complete || img.naturalWidth === 0) { broken += 1; }
   });
   document.documentElement.setAttribute("data-broken-images", String(broken));
+  // Where the answer per arm ends, against the window (1400 x 900): read without scrolling?
+  var primary = document.getElementById("primary");
+  if (primary) {
+    var box = primary.getBoundingClientRect();
+    document.documentElement.setAttribute("data-primary-box", [Math.ceil(box.right), Math.ceil(box.bottom),
+      window.innerWidth, window.innerHeight, primary.scrollWidth - primary.clientWidth].join(" "));
+  }
   document.documentElement.setAttribute("data-report-ready", "yes");
 });
 </script>"""
@@ -212,6 +221,7 @@ def dump_dom(chromium, page, tmp_path):
         [chromium, "--headless", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--no-first-run",
          f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=5000",
+         "--window-size=1400,900",
          "--dump-dom", page.as_uri()],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -254,6 +264,11 @@ def test_report_html_in_chromium(tmp_path, chromium):
     assert '<a href="t1__terse__haiku__0/_ponybench.transcript.jsonl">transcript</a>' in dom
     assert not re.search(r'(src|href)="(https?:)?//', dom)
     assert "+100 pp [+31, +100]" in dom
+    # The answer per arm is on the first screen of a 1400 x 900 window, nothing of it cut off.
+    right, bottom, width, height, overflow = map(int, re.search(r'data-primary-box="([^"]*)"', root).group(1).split())
+    assert width == 1400  # the height is what the headless window leaves (757 of 900)
+    assert right <= width and bottom <= height and overflow <= 0, root
+    assert "arm `terse` · haiku against" in dom.split('id="primary"')[1].split("</ul>")[0].replace("<code>", "`").replace("</code>", "`")
 
 
 def test_error_marker_catches_a_js_error(tmp_path, chromium):
@@ -297,11 +312,12 @@ def test_an_axis_without_a_check_shows_no_rate_in_any_table(tmp_path):
     md = (run_dir / "summary.md").read_text()
     _, rows = table_rows(md, "t1 · haiku")
     assert [row[3] for row in rows] == ["-", "-"] and rows[1][2] == "4/4 (100%)"
-    _, rows = table_rows(md, "Arms against `baseline`, per task")
+    _, rows = table_rows(md, "Arms against `baseline`, per task (exploratory)")
     by_task = {row[0]: row for row in rows}
     assert by_task["t1"][6:8] == ["-", "-"]  # safe Δ and its p: nothing measured, no test
     assert by_task["t2"][11] == "no clear difference (LOC: no spread in 4 runs against 4: no interval)"
-    assert "(3 tests)" in md  # correct on t1..t3; no safe test counted in Holm's family
+    # The answer per arm names no safe axis: nothing measured on it.
+    assert "safe" not in md.split("## The answer per arm")[1].split("_Methods._")[0]
     _, (row,) = table_rows(md, "Arms against `baseline`, pooled over tasks")
     assert row[5:7] == ["-", "-"]
     page = (run_dir / "report.html").read_text()

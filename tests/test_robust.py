@@ -128,15 +128,15 @@ def test_robust_failures_are_listed_with_their_reasons_without_failing_a_cell():
     assert lines == ["3 cells: add(1e308, 1e308): too big"]
 
 
-def test_robust_has_its_own_difference_and_holm_family():
+def test_robust_has_its_own_difference_and_adjustment_family():
     arm_stats = stats.arm_stats(RUN, "baseline", min_runs=3, min_tasks=1)
     by_task = {c.task: c.stats for c in arm_stats.comparisons}
     assert by_task["t1"].robust_diff.value == -0.75 and by_task["t1"].robust_diff.p_value is not None
-    assert by_task["t1"].robust_diff.p_holm == by_task["t1"].robust_diff.p_value  # its family: one test
+    assert by_task["t1"].robust_diff.p_adjusted == by_task["t1"].robust_diff.p_value  # its family: one test
     assert tables.not_measured(by_task["t2"].robust_diff)
     header = tables.comparison_table(arm_stats).headers
-    assert header[4:10] == ["correct Δ [95% CI]", "p (Holm)", "safe Δ [95% CI]", "p (Holm)",
-                            "robust Δ [95% CI]", "p (Holm)"]
+    assert header[4:10] == ["correct Δ [95% CI]", "p (BH)", "safe Δ [95% CI]", "p (BH)",
+                            "robust Δ [95% CI]", "p (BH)"]
     (pooled,) = arm_stats.pooled
     assert pooled.stats.robust_rate.value == 0.25 and pooled.stats.robust_diff.value == -0.75
 

@@ -87,7 +87,7 @@ def test_newcombe_matches_published_table(x1, n1, x2, n2, low, high):
     assert (round(got[0], 4), round(got[1], 4)) == (low, high)
 
 
-# --------------------------------------------------------------------------- Fisher, Holm
+# --------------------------------------------------------------------------- Fisher, Holm, BH
 
 
 def test_fisher_three_of_four_against_none_of_four():
@@ -117,10 +117,44 @@ def test_holm_skips_none_and_caps_at_one():
     assert stats.holm_adjust([]) == []
 
 
-def test_report_applies_holm_across_all_comparisons_and_verdicts_follow_it():
-    # task1: correct 10/10 vs 0/10 -> p1 = 2 / C(20,10); safe 10/10 vs 10/10 -> p = 1.
+def test_bh_worked_example():
+    # m = 4. Sorted: 0.005, 0.01, 0.03, 0.04 -> x 4/1, 4/2, 4/3, 4/4 = 0.02, 0.02, 0.04, 0.04,
+    # each lowered to the running minimum from the largest down. Back in input order:
+    assert stats.bh_adjust([0.01, 0.04, 0.03, 0.005, None]) == [
+        pytest.approx(0.02), pytest.approx(0.04), pytest.approx(0.04), pytest.approx(0.02), None]
+    # Two: 0.0325 x 2 = 0.065, 0.17 x 1 = 0.17.
+    assert stats.bh_adjust([0.17, 0.0325]) == [pytest.approx(0.17), pytest.approx(0.065)]
+
+
+def test_smallest_fisher_p_of_the_margins():
+    # 4 against 4 runs, 4 successes in all: the most extreme table (0/4 against 4/4) is 2 of
+    # C(8,4) = 70 as extreme; all 8 runs passing allow one table only: p = 1.
+    assert intervals.smallest_fisher_p(4, 4, 4) == pytest.approx(2 / 70)
+    assert intervals.smallest_fisher_p(4, 4, 8) == 1.0
+    assert intervals.smallest_fisher_p(3, 3, 3) == pytest.approx(0.1)
+
+
+def test_a_large_difference_at_4_runs_is_found_per_task_and_no_verdict_contradicts_its_interval():
+    # 0/4 safe against 4/4 on three tasks: Fisher p = 2/70 = 0.0286 each. Holm over every test
+    # of the report (6: correct and safe on 3 tasks) gave 0.171: "no clear difference" beside
+    # an interval of -100 pp [-100, -31]. BH over the arm's safe tests: 0.0286 x 3/3; the
+    # correct tests (4/4 against 4/4) cannot give p < 0.05 and are left out of the family.
+    records = []
+    for task in ("t1", "t2", "t3"):
+        records += cells(task, "arm", [(1, 0)] * 4) + cells(task, "baseline", [(1, 1)] * 4)
+    report = stats.arm_stats(records)
+    for c in report.comparisons:
+        safe = c.stats.safe_diff
+        assert safe.p_value == pytest.approx(2 / 70) and safe.p_adjusted == pytest.approx(2 / 70)
+        assert safe.high < 0 and safe.verdict == "lower"
+        assert c.stats.correct_diff.verdict == "no clear difference"
+    assert "Benjamini-Hochberg" in report.methods["multiple_comparisons"]
+
+
+def test_bh_within_arm_and_axis_and_a_verdict_that_only_the_interval_carries():
+    # task1: correct 10/10 vs 0/10 -> p1 = 2 / C(20,10); safe 10/10 vs 10/10 -> left out.
     # task2: correct 6/10 vs 2/10 -> p2 ~ 0.170; safe 10/10 vs 5/10 -> p3 = 504/15504 ~ 0.0325.
-    # Holm over the 4: p1 * 4; p3 * 3 = 0.0975; max(p2 * 2, 0.0975) = 0.340; max(1, ...) = 1.
+    # Families: correct {p1, p2}: p1 x 2, p2 x 1. safe {p3}: p3 itself, a finding.
     records = (cells("task1", "arm", [(1, 1)] * 10) + cells("task1", "baseline", [(0, 1)] * 10)
                + cells("task2", "arm", [(1, 1)] * 6 + [(0, 1)] * 4)
                + cells("task2", "baseline", [(1, 1)] * 2 + [(0, 1)] * 3 + [(0, 0)] * 5))
@@ -130,16 +164,25 @@ def test_report_applies_holm_across_all_comparisons_and_verdicts_follow_it():
     p2 = fisher_by_hand(6, 10, 2, 10)
     p3 = fisher_by_hand(10, 10, 5, 10)
     assert p3 == pytest.approx(504 / 15504)
-    assert by_task["task1"].correct_diff.p_value == pytest.approx(p1)
-    assert by_task["task1"].correct_diff.p_holm == pytest.approx(4 * p1)
-    assert by_task["task2"].safe_diff.p_holm == pytest.approx(3 * p3)
-    assert by_task["task2"].correct_diff.p_holm == pytest.approx(2 * p2)
-    assert by_task["task1"].safe_diff.p_holm == pytest.approx(1.0)
+    assert by_task["task1"].correct_diff.p_adjusted == pytest.approx(2 * p1)
+    assert by_task["task2"].correct_diff.p_adjusted == pytest.approx(p2)
+    assert by_task["task2"].safe_diff.p_adjusted == pytest.approx(p3)
     assert by_task["task1"].correct_diff.verdict == "higher"
-    # Unadjusted, 0.0325 < 0.05 would say "higher"; after Holm (0.0975) it is noise.
-    assert by_task["task2"].safe_diff.p_value < 0.05
-    assert by_task["task2"].safe_diff.verdict == "no clear difference"
-    assert "Holm" in report.methods["multiple_comparisons"]
+    assert by_task["task2"].safe_diff.verdict == "higher"
+    # A second arm with the same safe difference on two tasks: BH 0.0325 x 2/2 stays a
+    # finding. With 6/10 against 2/10 beside it instead, 0.0325 x 2 = 0.065: the interval
+    # still excludes 0, so the verdict says "higher, unadjusted only", never "no clear difference".
+    more = (cells("task3", "arm", [(1, 1)] * 6 + [(1, 0)] * 4)
+            + cells("task3", "baseline", [(1, 1)] * 2 + [(1, 0)] * 8))
+    report = stats.arm_stats(records + more)
+    by_task = {c.task: c.stats for c in report.comparisons}
+    safe = by_task["task2"].safe_diff
+    assert safe.p_adjusted == pytest.approx(2 * p3) and safe.low > 0
+    assert safe.verdict == "higher, unadjusted only (adjusted p 0.065)"
+    for c in report.comparisons:  # no verdict contradicts its interval
+        for e in (c.stats.correct_diff, c.stats.safe_diff):
+            if e.low is not None and e.low <= 0 <= e.high:
+                assert e.verdict == "no clear difference", e
 
 
 # --------------------------------------------------------------------------- one task x model
@@ -420,7 +463,7 @@ def test_runs_needed_where_inconclusive_and_none_on_a_finding():
     assert stats.rate_difference(2, 4, 2, 4).runs_needed == 93
     # Too few runs (reference 0 of 4): from 0%, 35 runs per arm.
     assert stats.rate_difference(2, 2, 0, 4).runs_needed == 35
-    # In a report: task1 10/10 against 0/10 is a finding after Holm (p = 2 / C(20,10) x 2):
+    # In a report: task1 10/10 against 0/10 is a finding (p = 2 / C(20,10)):
     # no runs_needed; its safe difference (10/10 against 10/10) is inconclusive: 35.
     records = cells("task1", "arm", [(1, 1)] * 10) + cells("task1", "baseline", [(0, 1)] * 10)
     report = stats.arm_stats(records)
@@ -463,6 +506,26 @@ def test_pass_k_by_hand_and_by_enumeration():
     # Every run of every task passing: pass^k = 1; the share of all-pass tasks agrees.
     (row,) = stats.consistency(cells("a", "arm", [(1, 1)] * 3) + cells("b", "arm", [(1, 1)] * 5))
     assert (row.pass_k, row.pass_hat_k, row.pass_hat_1, row.share_all_passed) == (3, 1.0, 1.0, 1.0)
+
+
+def test_pass_k_takes_one_k_over_the_arms_of_a_model():
+    # Both arms pass 75% of the runs of every task, a at 4 runs, b at 8. Each arm's own
+    # smallest run count would compare pass^4 of a with pass^8 of b, two different questions;
+    # one k for the model (4, the smaller, or a k given) asks both the same one.
+    four = [(1, 1)] * 3 + [(0, 1)]
+    records = (cells("t1", "a", four) + cells("t2", "a", four)
+               + cells("t1", "b", four * 2) + cells("t2", "b", four * 2))
+    rows = {r.arm: r for r in stats.consistency(records)}
+    assert rows["a"].pass_k == rows["b"].pass_k == 4
+    assert rows["b"].pass_k_rule == "k = 4, the smallest run count over the arms of haiku"
+    # a: C(3,4) / C(4,4) = 0; b: C(6,4) / C(8,4) = 15/70.
+    assert rows["a"].pass_hat_k == 0.0 and rows["b"].pass_hat_k == pytest.approx(15 / 70)
+    rows = {r.arm: r for r in stats.consistency(records, k=2)}
+    assert rows["a"].pass_k == rows["b"].pass_k == 2 and rows["a"].pass_k_rule == "k = 2, as given"
+    assert rows["a"].pass_hat_k == pytest.approx(3 / 6) and rows["b"].pass_hat_k == pytest.approx(15 / 28)
+    # Equal counts at unequal run numbers give equal pass^k: 4 of 4 and 8 of 8.
+    rows = {r.arm: r for r in stats.consistency(cells("t1", "a", [(1, 1)] * 4) + cells("t1", "b", [(1, 1)] * 8))}
+    assert rows["a"].pass_k == rows["b"].pass_k == 4 and rows["a"].pass_hat_k == rows["b"].pass_hat_k == 1.0
 
 
 def test_pass_k_without_tasks_of_two_runs_is_none():

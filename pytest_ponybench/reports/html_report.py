@@ -10,7 +10,7 @@ from typing import Iterator, Sequence
 from urllib.parse import quote
 
 from pytest_ponybench.cell.workspace import TRANSCRIPT
-from pytest_ponybench.reports import stats
+from pytest_ponybench.reports import primary, stats
 from pytest_ponybench.reports.stats import ArmStats
 from pytest_ponybench.reports.tables import (HOW_TO_READ, Table, activity_lines, cell_tables, fmt_cost,
                                              comparison_table, consistency_table, failure_sections,
@@ -112,11 +112,16 @@ def cells_html(records: Sequence[dict], run_dir: Path) -> Iterator[str]:
     yield "</tbody></table></div>"
 
 
-def html_pieces(run_dir: Path, records: Sequence[dict], reference: str, arm_stats: ArmStats,
+def html_pieces(run_dir: Path, records: Sequence[dict], reference: str, arm_stats: ArmStats, answers,
                 plots: list[tuple[str, str]], plot_message: str) -> Iterator[str]:
     """report.html in pieces, for writing as they come (report.write_reports)."""
     body = [f"<h1>ponybench: {html.escape(run_dir.name)}</h1>"]
     body += [f"<p>{inline_code(line)}</p>" for line in header_lines(records, reference)]
+    # The answer per arm, first, as wrapping lines: nothing of it hides past the page's edge.
+    heading, *lines = primary.lines(answers, reference)
+    body.append(f"<h2>{inline_code(heading.rstrip(':'))}</h2>\n<ul id=\"primary\">"
+                + "".join(f"<li>{inline_code(line.strip())}</li>" for line in lines) + "</ul>"
+                + '<ul class="notes">' + "".join(f"<li>{inline_code(m)}</li>" for m in primary.methods()) + "</ul>")
     body.append("<h2>Results per task x model</h2>")
     body += [html_table(t) for t in cell_tables(records, reference)]
     failures = failure_sections(records)

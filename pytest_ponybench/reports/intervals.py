@@ -1,8 +1,9 @@
 """Intervals, tests and resampling: the building blocks of stats.py, numbers in and numbers out.
 
 Wilson and Newcombe score intervals, Kish's effective runs, runs needed for a given power,
-Fisher's exact test, Holm's and Benjamini-Hochberg's adjustments, percentile intervals and the
-seeded, vectorised bootstrap of medians. stats.py says which method answers which question, and why; the
+Fisher's exact test (and the smallest p its margins allow), Holm's and Benjamini-Hochberg's
+adjustments, the sign test, percentile intervals and the seeded, vectorised
+bootstrap of medians. stats.py says which method answers which question, and why; the
 sequential decisions (sequential.py) and the judged columns (judge_report.py) use these too.
 Pure functions; imports nothing of the package.
 """
@@ -121,6 +122,17 @@ def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
+def smallest_fisher_p(n1: int, n2: int, successes: int) -> float:
+    """The smallest two-sided Fisher p-value any table with these margins can give: 1 when both
+    sides had one outcome in every run (4/4 against 4/4), 0.029 for 0/4 against 4/4.
+
+    A test whose smallest p is above alpha can never be a finding under any adjustment, so it
+    is left out of the family it would only dilute (Tarone 1990; Gilbert 2005 for
+    Benjamini-Hochberg)."""
+    return min(fisher_p(k, n1, successes - k, n2)
+               for k in range(max(0, successes - n2), min(n1, successes) + 1))
+
+
 def bh_adjust(p_values: Sequence[float | None]) -> list[float | None]:
     """Benjamini-Hochberg adjusted p-values (q-values), in the input order; None entries stay
     None and are not part of the family.
@@ -138,6 +150,16 @@ def bh_adjust(p_values: Sequence[float | None]) -> list[float | None]:
         running = min(running, m * p / (rank + 1))
         adjusted[i] = running
     return adjusted
+
+
+def sign_test_p(up: int, down: int) -> float:
+    """Two-sided exact sign test: the chance of a split at least as uneven as up against down
+    (ties left out before) if each were a fair coin; 1.0 with no untied pair."""
+    n = up + down
+    if not n:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(0, min(up, down) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
 
 
 def percentile_interval(samples: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:

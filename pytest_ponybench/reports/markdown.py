@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from pytest_ponybench.reports import primary
 from pytest_ponybench.reports.stats import ArmStats
 from pytest_ponybench.reports.tables import (HOW_TO_READ, Table, activity_lines, cell_tables,
                                              comparison_table, consistency_table, failure_sections,
@@ -29,10 +30,17 @@ def markdown_table(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def primary_markdown(answers: Sequence[primary.PrimaryAnswer], reference: str) -> str:
+    """The answer per arm, first: a heading, a bullet per arm and model, the methods."""
+    heading, *lines = primary.lines(answers, reference)
+    return (f"## {heading.rstrip(':')}\n\n" + "".join(f"- {md_escape(line.strip())}\n" for line in lines)
+            + "\n_Methods._ " + md_escape(" ".join(primary.methods())) + "\n")
+
+
 def build_markdown(run_dir: Path, records: Sequence[dict], reference: str,
-                   arm_stats: ArmStats) -> str:
+                   arm_stats: ArmStats, answers: Sequence[primary.PrimaryAnswer]) -> str:
     parts = [f"# ponybench: {run_dir.name}\n", "\n".join(header_lines(records, reference)) + "\n",
-             "## Results per task x model\n"]
+             primary_markdown(answers, reference), "## Results per task x model\n"]
     parts += [markdown_table(t) for t in cell_tables(records, reference)]
     failures = failure_sections(records)
     if failures:  # a red CI job's summary says why, right under the tables

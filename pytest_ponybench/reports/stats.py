@@ -21,11 +21,19 @@ Methods (and why)
       from two Wilson intervals. Unlike the textbook Wald interval it stays inside [-1, 1] and
       keeps its coverage with 3-10 runs and rates of 0 or 1, which is exactly our data.
     * p-value per task x model: Fisher's exact test (two-sided), exact for small counts.
-    * Many comparisons: Holm-Bonferroni over all Fisher p-values of one report (correct and
-      safe, every task, model and arm). Verdicts on rates use the Holm-adjusted p-value.
+    * Per task, exploratory: Benjamini-Hochberg over the tasks of one arm, model and axis
+      (``BH``), leaving out a task whose margins cannot give p < alpha at all (both sides one
+      outcome in every run: Tarone's rule), so that a large difference at 4-5 runs can be
+      found. (Holm over every test of a report, as before, kept nothing below 8 runs: the
+      smallest Fisher p at 4 runs a side is 0.029.) A verdict is a finding only when the
+      interval excludes no difference AND the adjusted p is below alpha; an interval that
+      excludes it with an adjusted p above says "lower, unadjusted only", never "no clear
+      difference". The confirmatory answer is the pooled one (primary.py).
     * LOC per task x model: ratio of median ``total_loc`` (arm / reference), with a percentile
       bootstrap interval (runs resampled with replacement within each side; ``N_BOOT``
-      resamples). Medians and ratios, because LOC is skewed and the question is relative.
+      resamples). Medians and ratios, because LOC is skewed and the question is relative. Its
+      p-value is the bootstrap's: twice the smaller share of resampled ratios on either side
+      of 1 (below 0.05 exactly when the 95% interval excludes 1), adjusted like the rates.
     * LOC without spread: when the bootstrap interval has zero width (every run of both sides
       has the same LOC, say), there is no interval: the ratio is kept, ``low`` and ``high``
       are None and the note and verdict say "no spread in 4 runs against 4: no interval".
@@ -52,12 +60,13 @@ Methods (and why)
       ``DETECTABLE_DIFFERENCE`` (20 percentage points) from the reference's observed rate
       with two-sided alpha 0.05 and power 0.8 (two-proportion normal approximation, Fleiss,
       without continuity correction; the larger of the two directions that stay within
-      [0, 1]; 50% when the reference has no measured run). It ignores the Holm correction,
+      [0, 1]; 50% when the reference has no measured run). It ignores the BH adjustment,
       so with many comparisons it is a lower bound. None where the verdict is a finding.
     * Consistency per arm x model: the share of tasks where every run passed and the share
       where runs disagreed (flip rate), and pass^k (tau-bench): per task with n measured runs
       of which c passed, C(c, k) / C(n, k) is the unbiased estimate of the chance that k runs
-      all pass; averaged over tasks, for k = the smallest run count among them, and pass^1.
+      all pass; averaged over tasks, with one k for every arm of a model (the smallest run
+      count over that model's arms, or a k given), so equal rates give equal pass^k.
 
 One module on purpose (about 650 lines, the building blocks apart in intervals.py): which
 method answers which question, per task and pooled, and the result types every report reads.
@@ -71,9 +80,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from pytest_ponybench.reports.intervals import (CONFIDENCE, DETECTABLE_DIFFERENCE, POWER, effective_runs, fisher_p,
-                                                 has_spread, holm_adjust, newcombe_interval, percentile_interval,
-                                                 resampled_medians, rng_for, runs_to_detect, wilson_interval)
+from pytest_ponybench.reports.intervals import (CONFIDENCE, DETECTABLE_DIFFERENCE, POWER, bh_adjust, effective_runs,
+                                                 fisher_p, has_spread, holm_adjust, newcombe_interval,
+                                                 percentile_interval, resampled_medians, rng_for, runs_to_detect,
+                                                 smallest_fisher_p, wilson_interval)
 from pytest_ponybench.store.record import AXES, CUT, INFRA, INSTRUMENT, NEVER_RAN, PASS_AXES
 
 # Fewer runs than this on either side of a comparison: no number, a "too few" verdict.
@@ -93,11 +103,12 @@ WILSON = "Wilson score interval"
 NEWCOMBE = "Newcombe hybrid score interval (method 10, from two Wilson intervals)"
 FISHER = ("Fisher's exact test, two-sided (the tables with the observed margins no more likely "
           "than the observed one, in exact integer arithmetic)")
-HOLM = "Holm-Bonferroni over all Fisher p-values of this report"
+BH = ("Benjamini-Hochberg over the tasks of one arm, model and axis (exploratory), leaving out a task "
+      "whose margins cannot give p < alpha (both sides one outcome in every run; Tarone)")
 CONSISTENCY = "share of tasks (with >= 2 measured runs) where all runs passed / runs disagreed"
 PASS_K = ("pass^k (tau-bench): per task with n measured runs of which c passed, C(c, k) / C(n, k) "
-          "(unbiased for the chance that k runs all pass), averaged over the tasks with >= 2 "
-          "measured runs; k = the smallest run count among them; pass^1 = mean of c / n")
+          "(unbiased for the chance that k runs all pass), averaged over the tasks with >= k "
+          "measured runs; one k for every arm of a model; pass^1 = mean of c / n")
 POOLED_FLOOR = ("hull with the {score} interval of the pooled runs (pooled rate, Kish effective "
                 "runs T^2 / sum(1/n_t)), so that no interval is narrower than the runs allow")
 NO_SPREAD = "no interval where the bootstrap has no spread (every resample gives the same ratio)"
@@ -108,7 +119,7 @@ def power_method(confidence: float = CONFIDENCE) -> str:
             f"difference from the reference's observed rate (50% when it has none): "
             f"two-proportion normal approximation (Fleiss, no continuity correction), two-sided "
             f"alpha {1 - confidence:.2g}, power {POWER:.2g}, the larger of the two directions "
-            f"within [0, 1]; ignores Holm, so a lower bound; only where the verdict is "
+            f"within [0, 1]; ignores the multiplicity adjustment, so a lower bound; only where the verdict is "
             f"inconclusive")
 
 
@@ -154,7 +165,8 @@ class Estimate:
     verdict: str
     note: str = ""
     p_value: float | None = None
-    p_holm: float | None = None
+    p_adjusted: float | None = None  # Benjamini-Hochberg per arm (arm_stats), Holm (compare)
+    p_smallest: float | None = None  # the smallest p the margins allow (Fisher); None: any
     test: str = ""
     runs_needed: int | None = None
 
@@ -233,7 +245,8 @@ class Consistency:
     share_all_passed: float | None
     share_flipped: float | None
     single_run_tasks: int
-    pass_k: int | None = None  # k: the smallest measured run count among ``tasks``
+    pass_k: int | None = None  # k: one for every arm of the model (``pass_k_rule`` says which)
+    pass_k_rule: str = ""
     pass_hat_k: float | None = None  # pass^k over ``tasks`` (PASS_K)
     pass_hat_1: float | None = None  # pass^1: the mean per-task pass rate over ``tasks``
     method: str = CONSISTENCY
@@ -287,8 +300,8 @@ def rate_difference(x: int, n: int, x_ref: int, n_ref: int, *, min_runs: int = M
                     labels: tuple[str, str] = ("arm", "reference")) -> Estimate:
     """Rate difference (side minus reference) with Newcombe's interval and Fisher's p.
 
-    The verdict is provisional ("no clear difference" or the unadjusted direction) until
-    ``apply_holm`` sets the Holm-adjusted p-value and the final verdict."""
+    The verdict is provisional (the unadjusted one) until ``apply_bh`` or ``apply_holm`` sets
+    the adjusted p-value and the final verdict."""
     needed = runs_to_detect(x_ref / n_ref if n_ref else None, confidence=confidence)
     if n < min_runs or n_ref < min_runs:
         return Estimate(None, None, None, NEWCOMBE,
@@ -297,23 +310,27 @@ def rate_difference(x: int, n: int, x_ref: int, n_ref: int, *, min_runs: int = M
                         runs_needed=needed)
     low, high = newcombe_interval(x, n, x_ref, n_ref, confidence)
     p = fisher_p(x, n, x_ref, n_ref)
-    # runs_needed stays even on a provisional finding: Holm may still make it inconclusive,
-    # and apply_holm clears it where the final verdict is a finding.
+    # runs_needed stays even on a provisional finding: the adjustment may still make it
+    # inconclusive, and adjust() clears it where the final verdict is a finding.
     estimate = Estimate(x / n - x_ref / n_ref, low, high, NEWCOMBE, verdict="",
-                        p_value=p, p_holm=p, test=FISHER, runs_needed=needed)
+                        p_value=p, p_adjusted=p, test=FISHER, runs_needed=needed,
+                        p_smallest=smallest_fisher_p(n, n_ref, x + x_ref))
     estimate.verdict = rate_verdict(estimate, 1 - confidence)
     return estimate
 
 
-def rate_verdict(estimate: Estimate, alpha: float) -> str:
-    p = estimate.p_holm if estimate.p_holm is not None else estimate.p_value
-    if estimate.value is None or p is None:
+def rate_verdict(estimate: Estimate, alpha: float, up: str = "higher", down: str = "lower",
+                 null: float = 0.0) -> str:
+    """A finding only where the interval excludes ``null`` and the (adjusted) p is below alpha:
+    the verdict never contradicts the interval printed beside it. An interval that excludes
+    ``null`` with an adjusted p above alpha says so ("lower, unadjusted only")."""
+    p = estimate.p_adjusted if estimate.p_adjusted is not None else estimate.p_value
+    if estimate.value is None or p is None or estimate.low is None or estimate.high is None:
         return estimate.verdict
-    if p < alpha and estimate.value > 0:
-        return "higher"
-    if p < alpha and estimate.value < 0:
-        return "lower"
-    return "no clear difference"
+    direction = interval_verdict(estimate.low, estimate.high, null, up, down)
+    if direction == "no clear difference" or p < alpha:
+        return direction
+    return f"{direction}, unadjusted only (adjusted p {p:.2g})"
 
 
 def interval_verdict(low: float, high: float, null: float, up: str, down: str) -> str:
@@ -348,8 +365,11 @@ def loc_ratio(values: Sequence[float], reference_values: Sequence[float], *, n: 
         constant = len(set(values)) == 1 and len(set(reference_values)) == 1
         note = no_spread(len(values), len(reference_values), constant)
         return Estimate(ratio, None, None, method, verdict=note, note=note)
+    ratios = side / reference
+    p = float(min(1.0, 2 * min(np.mean(ratios >= 1.0), np.mean(ratios <= 1.0))))
     return Estimate(ratio, low, high, method,
-                    verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines"))
+                    verdict=interval_verdict(low, high, 1.0, "more lines", "fewer lines"),
+                    p_value=p, p_adjusted=p, test="bootstrap")
 
 
 def no_spread(runs: int, runs_reference: int, constant: bool, tasks: int = 0) -> str:
@@ -391,15 +411,33 @@ def compare_pair(records: Sequence[dict], reference_records: Sequence[dict], *,
     )
 
 
-def apply_holm(estimates: Sequence[Estimate], alpha: float = 1 - CONFIDENCE) -> None:
-    """Set ``p_holm`` and the final verdict on every estimate that has a p-value (in place)."""
-    adjusted = holm_adjust([e.p_value for e in estimates])
+def adjust(estimates: Sequence[Estimate], adjusted: Sequence[float | None], alpha: float) -> None:
+    """Set ``p_adjusted`` and the final verdict on every estimate with an adjusted p (in place)."""
     for estimate, p in zip(estimates, adjusted):
-        if p is not None:
-            estimate.p_holm = p
+        if p is None:
+            continue
+        estimate.p_adjusted = p
+        if estimate.test == "bootstrap":  # a LOC ratio
+            estimate.verdict = rate_verdict(estimate, alpha, "more lines", "fewer lines", 1.0)
+        else:
             estimate.verdict = rate_verdict(estimate, alpha)
             if estimate.verdict in ("higher", "lower"):
                 estimate.runs_needed = None  # a finding: no power question left
+
+
+def apply_holm(estimates: Sequence[Estimate], alpha: float = 1 - CONFIDENCE) -> None:
+    """Holm over every estimate that has a p-value (ponybench-compare's gates)."""
+    adjust(estimates, holm_adjust([e.p_value for e in estimates]), alpha)
+
+
+def apply_bh(estimates: Sequence[Estimate], alpha: float = 1 - CONFIDENCE) -> None:
+    """Benjamini-Hochberg over one family (the tasks of one arm, model and axis), leaving out
+    an estimate whose margins cannot give p < alpha (``p_smallest``): it can never be a
+    finding, and counting it would only make the others harder to find (Tarone). Its verdict
+    stays the unadjusted one, which cannot be a finding either."""
+    testable = [e for e in estimates if e.p_value is not None
+                and (e.p_smallest is None or e.p_smallest < alpha)]
+    adjust(testable, bh_adjust([e.p_value for e in testable]), alpha)
 
 
 # --------------------------------------------------------------------------- pooled over tasks
@@ -487,14 +525,24 @@ def pooled_loc_ratio(pairs: Mapping[str, tuple[Sequence[dict], Sequence[dict]]],
 
     The geometric mean, because ratios multiply: x2 on one task and x0.5 on another is no
     change overall. Returns the estimate and the tasks it used."""
-    method = pooled_loc_method(n_boot)
+    values = {task: (loc_values(records), loc_values(reference_records))
+              for task, (records, reference_records) in pairs.items()}
+    return pooled_median_ratio(values, min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot,
+                               rng=rng, confidence=confidence, method=pooled_loc_method(n_boot))
+
+
+def pooled_median_ratio(values: Mapping[str, tuple[Sequence[float], Sequence[float]]], *,
+                        method: str, min_runs: int = MIN_RUNS, min_tasks: int = MIN_TASKS,
+                        n_boot: int = N_BOOT, rng: np.random.Generator | None = None,
+                        confidence: float = CONFIDENCE) -> tuple[Estimate, list[str]]:
+    """pooled_loc_ratio over given values per task (side, reference): the delivered LOC, or
+    the LOC of every cell with a delivery's absence imputed (primary.py)."""
     used, sides, references = [], [], []
-    for task, (records, reference_records) in pairs.items():
-        locs, locs_ref = loc_values(records), loc_values(reference_records)
+    for task, (locs, locs_ref) in values.items():
         if len(locs) >= min_runs and len(locs_ref) >= min_runs:
             used.append(task)
-            sides.append(locs)
-            references.append(locs_ref)
+            sides.append(list(locs))
+            references.append(list(locs_ref))
     if len(used) < min_tasks:
         note = too_few_tasks(len(used), min_tasks, min_runs, "cells with code")
         return Estimate(None, None, None, method, verdict=note, note=note), used
@@ -569,18 +617,31 @@ def pass_hat(k: int, runs_and_passes: Sequence[tuple[int, int]]) -> float:
     return sum(math.comb(c, k) / math.comb(n, k) for n, c in runs_and_passes) / len(runs_and_passes)
 
 
-def consistency(records: Sequence[dict]) -> list[Consistency]:
-    """Per arm x model: over tasks with at least two measured runs, how many had every run
-    pass, every run fail, or runs that disagreed (flipped); and pass^k over the same tasks.
+def task_outcomes(cells: Sequence[dict]) -> list[list[bool]]:
+    """Per task, the measured runs' pass/fail."""
+    return [[p for p in (passed(r) for r in task_cells) if p is not None]
+            for _task, task_cells in group_by(cells, "task").items()]
 
-    pass^k uses the tasks with 2+ runs, like the rest of the row: one task with a single run
-    would force k = 1, and pass^1 says nothing about runs agreeing."""
+
+def consistency(records: Sequence[dict], k: int | None = None) -> list[Consistency]:
+    """Per arm x model: over tasks with at least two measured runs, how many had every run
+    pass, every run fail, or runs that disagreed (flipped); and pass^k.
+
+    One k for every arm of a model, so that equal rates give equal pass^k: ``k`` when given,
+    else the smallest run count over the model's arms (tasks with 2+ runs: one task with a
+    single run would force k = 1, and pass^1 says nothing about runs agreeing). pass^k is
+    over an arm's tasks with at least k runs."""
+    groups = group_by(records, "arm", "model")
+    smallest: dict[str, int] = {}
+    for (_arm, model), cells in groups.items():
+        for outcomes in task_outcomes(cells):
+            if len(outcomes) >= 2:
+                smallest[model] = min(smallest.get(model, len(outcomes)), len(outcomes))
     result = []
-    for (arm, model), cells in group_by(records, "arm", "model").items():
+    for (arm, model), cells in groups.items():
         tasks = all_passed = all_failed = flipped = single = 0
         runs_and_passes = []
-        for _task, task_cells in group_by(cells, "task").items():
-            outcomes = [p for p in (passed(r) for r in task_cells) if p is not None]
+        for outcomes in task_outcomes(cells):
             if len(outcomes) < 2:
                 single += 1 if outcomes else 0
                 continue
@@ -593,13 +654,17 @@ def consistency(records: Sequence[dict]) -> list[Consistency]:
             else:
                 flipped += 1
         note = "" if tasks else "too few runs to conclude: no task with 2 or more measured runs"
-        k = min(n for n, _c in runs_and_passes) if runs_and_passes else None
+        arm_k = k or smallest.get(model)
+        rule = (f"k = {arm_k}, as given" if k else
+                f"k = {arm_k}, the smallest run count over the arms of {model}") if arm_k else ""
+        at_k = [(n, c) for n, c in runs_and_passes if arm_k and n >= arm_k]
         result.append(Consistency(
             arm=arm, model=model, tasks=tasks, all_passed=all_passed, all_failed=all_failed,
             flipped=flipped, share_all_passed=all_passed / tasks if tasks else None,
             share_flipped=flipped / tasks if tasks else None, single_run_tasks=single,
-            pass_k=k, pass_hat_k=pass_hat(k, runs_and_passes) if k else None,
-            pass_hat_1=pass_hat(1, runs_and_passes) if k else None, note=note))
+            pass_k=arm_k if at_k else None, pass_k_rule=rule if at_k else "",
+            pass_hat_k=pass_hat(arm_k, at_k) if at_k else None,
+            pass_hat_1=pass_hat(1, at_k) if at_k else None, note=note))
     return result
 
 
@@ -611,13 +676,13 @@ def arm_stats(records: Sequence[dict], reference: str = "baseline", *,
               min_tasks: int = MIN_TASKS, n_boot: int = N_BOOT, seed: int = SEED) -> ArmStats:
     """Every arm against ``reference``: per task x model, pooled per model, and consistency.
 
-    Holm-Bonferroni runs over all Fisher p-values produced here, so the verdicts of one
-    report are corrected for its many comparisons."""
+    The per-task figures are exploratory: Benjamini-Hochberg within each arm, model and axis
+    (``apply_bh``). The confirmatory answer is the pooled one (primary.py)."""
     settings = {"confidence": confidence, "min_runs": min_runs, "min_tasks": min_tasks,
                 "n_boot": n_boot, "seed": seed,
                 "unmeasured_statuses": sorted(UNMEASURED_STATUSES),
                 "detectable_difference": DETECTABLE_DIFFERENCE, "power": POWER}
-    methods = {"rate_difference": NEWCOMBE, "p_value": FISHER, "multiple_comparisons": HOLM,
+    methods = {"rate_difference": NEWCOMBE, "p_value": FISHER, "multiple_comparisons": BH,
                "loc_ratio": loc_ratio_method(n_boot),
                "pooled_rate_difference": pooled_rate_method(n_boot),
                "pooled_rate": pooled_level_method(n_boot),
@@ -656,5 +721,16 @@ def arm_stats(records: Sequence[dict], reference: str = "baseline", *,
                                         min_tasks=min_tasks, n_boot=n_boot, seed=seed,
                                         confidence=confidence)
                 result.pooled.append(PooledComparison(model, arm, reference, pooled))
-    apply_holm_by_family(result.comparisons, 1 - confidence)
+    for family in families(result.comparisons):
+        apply_bh(family, 1 - confidence)
     return result
+
+
+def families(comparisons: Sequence[ArmComparison]) -> list[list[Estimate]]:
+    """The per-task estimates of one arm, model and axis (each of AXES, and LOC): one family each."""
+    grouped: dict[tuple[str, str, str], list[Estimate]] = {}
+    for c in comparisons:
+        for axis in AXES:
+            grouped.setdefault((c.model, c.arm, axis), []).append(getattr(c.stats, f"{axis}_diff"))
+        grouped.setdefault((c.model, c.arm, "loc"), []).append(c.stats.loc_ratio)
+    return list(grouped.values())

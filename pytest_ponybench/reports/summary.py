@@ -23,9 +23,13 @@ def _median(values):
 
 def aggregate(records: list[dict]) -> list[dict]:
     """One row per task x arm x model. LOC statistics use only measured cells that delivered
-    code: a cell that wrote nothing says nothing about size, and shows in wrote_file_rate."""
+    code, except `total_loc_median_all_cells`: every measured cell, one that delivered nothing
+    counted at the task's largest observed LOC over every arm (records_.loc_all_cells)."""
     rows = []
+    largest = {key: records_.largest_loc(cells)
+               for key, cells in records_.group_by(records, "task", "model").items()}
     for (task, arm, model), cells in records_.group_by(records, "task", "arm", "model").items():
+        worst = largest.get((task, model))
         t = records_.tally(cells)
         measured = [c for c in cells if records_.is_measured(c)]
         with_code = [c for c in measured if records_.delivered_loc(c) is not None]
@@ -38,6 +42,7 @@ def aggregate(records: list[dict]) -> list[dict]:
             "wrote_file_rate": t.rate(t.delivered),
             "total_loc_median": _median([c["total_loc"] for c in with_code]),
             "total_loc_max": max((c["total_loc"] for c in with_code), default=None),
+            "total_loc_median_all_cells": _median(records_.loc_all_cells(cells, worst)) if worst else None,
             "src_loc_median": _median([c["src_loc"] for c in with_code]),
             "src_files_median": _median([c["src_files"] for c in with_code]),
             "wrote_tests_rate": t.rate(t.wrote_tests),
@@ -48,6 +53,16 @@ def aggregate(records: list[dict]) -> list[dict]:
             "time_s_mean": _mean([c["duration_ms"] / 1000 for c in measured if c.get("duration_ms") is not None], 1),
         })
     return rows
+
+
+def terminal_lines(records: list[dict], reference: str, answers: list | None = None) -> list[str]:
+    """What the terminal prints under "ponybench summary": the answer per arm first (primary.py;
+    computed here when the run's end did not, e.g. a full disk), then the tables."""
+    from pytest_ponybench.reports import primary  # numpy: only at the end of a run
+
+    if answers is None:
+        answers = primary.answers(records, reference)
+    return primary.lines(answers, reference) + [""] + table_lines(records, reference)
 
 
 def table_lines(records: list[dict], reference: str) -> list[str]:

@@ -101,7 +101,7 @@ def fmt_runs_needed(*estimates: Estimate) -> str:
 def fmt_p(estimate: Estimate) -> str:
     if estimate.p_value is None:
         return "-"
-    return f"{estimate.p_value:.3g} ({estimate.p_holm:.3g})"
+    return f"{estimate.p_value:.3g} ({estimate.p_adjusted:.3g})"
 
 
 def verdict_of(named: Sequence[tuple[str, Estimate]]) -> str:
@@ -135,6 +135,7 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
     tables = []
     for (task, model), task_records in records_.group_by(records, "task", "model").items():
         by_arm = records_.group_by(task_records, "arm")
+        largest = records_.largest_loc(task_records)  # over every arm: a non-delivery's size
         rows, left = [], []
         for arm in arm_order((a for (a,) in by_arm), reference):
             cells = by_arm[(arm,)]
@@ -149,6 +150,7 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
                 *(fmt_count(*t.axes[axis]) for axis in records_.AXES),  # '-': the task has no check on it
                 fmt_count(t.delivered, t.measured),
                 fmt_number(median(locs) if locs else None),
+                fmt_number(median(records_.loc_all_cells(cells, largest)) if largest and t.measured else None),
                 fmt_number(mean(tokens) if tokens else None),
                 fmt_cost(mean(costs) if costs else None) + estimated_mark(measured),
             ])
@@ -156,9 +158,9 @@ def cell_tables(records: Sequence[dict], reference: str) -> list[Table]:
                 left.append(f"{arm}: {records_.left_out_text(t.left_out)}")
         notes = [f"Left out of every rate (the arm was not applied, the cell was cut short, the "
                  f"API failed, the run's budget cut it or an instrument failed): {'; '.join(left)}."] if left else []
-        headers = ["arm", "n", *records_.AXES, "wrote code", "LOC median", "tokens", "cost/cell"]
+        headers = ["arm", "n", *records_.AXES, "wrote code", "LOC median", "LOC, all cells", "tokens", "cost/cell"]
         tables.append(Table(f"{task} · {model}", headers, rows, notes,
-                            numeric={1, *range(len(headers) - 3, len(headers))}))
+                            numeric={1, *range(len(headers) - 4, len(headers))}))
     return tables
 
 
@@ -198,21 +200,21 @@ def comparison_table(arm_stats: ArmStats) -> Table:
     m = arm_stats.methods
     notes = [
         f"Δ: arm minus `{ref}`, in percentage points, 95% interval: {m['rate_difference']}.",
-        f"p: {m['p_value']}; in brackets adjusted by {m['multiple_comparisons']} "
-        f"({len([1 for c in arm_stats.comparisons for e in (c.stats.correct_diff, c.stats.safe_diff) if e.p_value is not None])} tests). "
-        f"Robust's differences are adjusted apart, as their own family: they never move a correct or safe verdict. "
-        f"Verdicts on rates use the adjusted p < {1 - arm_stats.settings['confidence']:.2g}.",
-        f"LOC ratio: arm / `{ref}`, {m['loc_ratio']} (seed {arm_stats.settings['seed']}); "
-        f"LOC verdicts (interval excludes 1) are not adjusted for multiple comparisons.",
+        f"p: {m['p_value']}; in brackets adjusted by {m['multiple_comparisons']}. A verdict is a "
+        f"finding where the interval excludes no difference and the adjusted p < "
+        f"{1 - arm_stats.settings['confidence']:.2g}; \"unadjusted only\" where just the interval does.",
+        f"LOC ratio: arm / `{ref}`, {m['loc_ratio']} (seed {arm_stats.settings['seed']}); its "
+        f"bootstrap p is adjusted in the same way (a family of its own per arm and model).",
         f"Fewer than {arm_stats.settings['min_runs']} runs (or cells with code) on either side: "
         f"no number, \"too few\".",
         f"runs to detect: where a rate difference is inconclusive, {m['runs_needed']} "
         f"(the larger of correct and safe).",
     ]
     headers = ["task", "model", "arm", "runs",
-               *(h for axis in records_.AXES for h in (f"{axis} Δ [95% CI]", "p (Holm)")),
+               *(h for axis in records_.AXES for h in (f"{axis} Δ [95% CI]", "p (BH)")),
                "LOC ratio [95% CI]", "verdict", "runs to detect"]
-    return Table(f"Arms against `{ref}`, per task", headers, rows, notes, level=2, numeric={3, len(headers) - 1})
+    return Table(f"Arms against `{ref}`, per task (exploratory)", headers, rows, notes, level=2,
+                 numeric={3, len(headers) - 1})
 
 
 def pooled_table(arm_stats: ArmStats) -> Table:
@@ -247,7 +249,7 @@ def consistency_table(arm_stats: ArmStats) -> Table:
         def share(k: int) -> str:
             return f"{k}/{c.tasks} ({k / c.tasks:.0%})" if c.tasks else "-"
         pass_k = ("-" if c.pass_k is None
-                  else f"pass^{c.pass_k} {c.pass_hat_k:.0%} (pass^1 {c.pass_hat_1:.0%})")
+                  else f"pass^{c.pass_k} {c.pass_hat_k:.0%} (pass^1 {c.pass_hat_1:.0%}; {c.pass_k_rule})")
         rows.append([c.arm, c.model, str(c.tasks), share(c.all_passed), share(c.flipped),
                      share(c.all_failed), pass_k, c.note])
     return Table("Consistency", ["arm", "model", "tasks (2+ runs)", "all runs passed",
@@ -261,14 +263,18 @@ def consistency_table(arm_stats: ArmStats) -> Table:
 HOW_TO_READ = (
     "Each cell is one agent run; identical runs can end differently, so every difference "
     "comes with a 95% interval. A rate difference whose interval spans 0, or a LOC ratio "
-    "whose interval spans 1, is indistinguishable from noise at this number of runs. Rate "
-    "verdicts use Fisher's exact test with Holm's correction over all tests in this report, "
-    "so one lucky task among many does not count as a finding; they follow that p-value, not "
-    "the interval, so an interval that only just excludes 0 can still read \"no clear "
-    "difference\". The pooled table treats each "
+    "whose interval spans 1, is indistinguishable from noise at this number of runs. The "
+    "answer per arm at the top is the pooled one, the confirmatory question. The per-task "
+    "figures are exploratory: their verdicts also ask Fisher's exact test (LOC: the bootstrap) "
+    "to hold after Benjamini-Hochberg over the tasks of one arm, model and axis, and say "
+    "\"unadjusted only\" where only the interval excludes no difference; a verdict never "
+    "contradicts its interval. The pooled table treats each "
     "task as one unit (resampling tasks, then runs), which asks whether the arm helps across "
     "tasks rather than on one. With 3 to 5 runs per side the bootstrap LOC intervals are "
     "on the optimistic side: read a LOC verdict that rests on one task with care. "
+    "\"LOC median\" is over the cells that delivered code; \"LOC, all cells\" over every "
+    "measured cell, one that delivered none counted at the task's largest observed LOC (any "
+    "arm), so an arm that delivers less often does not look smaller for it. "
     "\"Too few\" means there was not enough data to say anything, not that there is no effect."
 )
 
@@ -315,7 +321,7 @@ def change_points(estimate: Estimate) -> str:
         return "too few runs"
     low, high = estimate.interval()
     text = f"{estimate.value * 100:+.0f} pp [{low * 100:+.0f}, {high * 100:+.0f}]"
-    return text + (f" p={estimate.p_holm:.2g}" if estimate.p_holm is not None else "")
+    return text + (f" p={estimate.p_adjusted:.2g}" if estimate.p_adjusted is not None else "")
 
 
 def change_ratio(estimate: Estimate) -> str:

@@ -24,7 +24,7 @@ from pytest_ponybench.cell import agent, confine as confinement, lifecycle as ce
 from pytest_ponybench.instruments import gate as instruments
 from pytest_ponybench.processes import sandbox
 from pytest_ponybench.reports import summary, tables
-from pytest_ponybench.run import fleet, progress
+from pytest_ponybench.run import fleet, pool, progress
 from pytest_ponybench.specs import library
 from pytest_ponybench.store import record as records
 from pytest_ponybench.store.rundir import (KEY_INPUT, LEDGER_ROOM, RESULTS_ROOM, NotARunDir, RunDir,
@@ -70,6 +70,7 @@ class Gathering:
         # end of the session writes it again from what it knows (`finish`).
         self.repaired = False
         self.remembered: dict[str, dict] = {}  # records of cells that never ran (few), by cell
+        self.primary: list | None = None  # the answer per arm (primary.PrimaryAnswer), once finished
         if mode != "rescore":  # room beyond the ends of the ledger and the results, before any cell
             make_room(run_dir.spend_path, LEDGER_ROOM)
             make_room(self.results_path, RESULTS_ROOM)
@@ -190,10 +191,16 @@ class Gathering:
         judged = judge_report.summary(every, reference, self.run_dir)
         if judged is not None:
             data["judged"] = judged
-        write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
-        from pytest_ponybench.reports import report  # numpy: only when a report is written, never when pytest loads the plugin
+        # numpy: only when a report is written, never when pytest loads the plugin
+        from pytest_ponybench.reports import primary, report, stats
 
-        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots)
+        arm_stats = stats.arm_stats(every, reference)
+        # The answer per arm, pooled over tasks: first in summary.json as in every output.
+        self.primary = primary.answers(every, reference, arm_stats)
+        data = {"primary": primary.to_json(self.primary), **data}
+        write_atomic(self.run_dir.summary_path, json.dumps(data, indent=2))
+        return [self.run_dir.summary_path] + report.write_reports(self.run_dir.path, every, reference, plots=plots,
+                                                                  arm_stats=arm_stats, answers=self.primary)
 
 
 def finished_on_disk(ws: Path, run_dir: RunDir) -> bool:
@@ -563,7 +570,9 @@ class Controller:
             self.write_plain("interrupted; finish this run (finished cells are kept, never paid twice) with: "
                              + progress.resume_command(config.invocation_params.args, self.state.run_dir.path))
 
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the answer is a property of it
     def pytest_sessionfinish(self, session, exitstatus):
+        pool.stop()  # hooks.pytest_sessionfinish's first step, which now runs after this one
         if self.progress is not None:
             self.progress.close()
         if self.gathering is not None:
@@ -571,12 +580,27 @@ class Controller:
             try:
                 self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
                                                      reference=s.settings.reference, plots=s.settings.plots)
+                self.primary_to_junit(session.config)
             except OSError as exc:
                 if not disk_full(exc):
                     raise
                 # The summaries cannot be written: the terminal summary still says everything.
                 self.gathering.disk_problem = (f"{disk_full_sentence(s.run_dir.path, exc)}; the summaries were not "
                                                f"written (a --ponybench-rescore of the run writes them)")
+
+    def primary_to_junit(self, config) -> None:
+        """The answer per arm as run-level properties of --junitxml (its <testsuite>'s): the
+        per-cell ones travel as user_properties, a run's answer has no cell. Before junitxml's
+        own pytest_sessionfinish writes the file (the hookimpl above runs first)."""
+        from _pytest.junitxml import xml_key
+
+        xml = config.stash.get(xml_key, None)
+        if xml is None or not self.gathering.primary:
+            return
+        from pytest_ponybench.reports import primary
+
+        for name, value in primary.junit_properties(self.gathering.primary):
+            xml.add_global_property(name, value)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if self.gathering is None:
@@ -588,7 +612,7 @@ class Controller:
             tr.write_line(f"ponybench: warning: {line}", yellow=True)
         if self.gathering.disk_problem:
             tr.write_line(f"ponybench: {self.gathering.disk_problem}", red=True, bold=True)
-        for line in summary.table_lines(every, state.settings.reference):
+        for line in summary.terminal_lines(every, state.settings.reference, self.gathering.primary):
             tr.write_line(line)
         verb = "rescored" if self.gathering.mode == "rescore" else "ran"
         at_once = f", {state.settings.at_once} at once per process" if state.settings.at_once > 1 else ""

@@ -199,6 +199,19 @@ def loc_values(records: Iterable[dict]) -> list[float]:
     return [v for v in (delivered_loc(r) for r in records) if v is not None]
 
 
+def loc_all_cells(records: Iterable[dict], largest: float) -> list[float]:
+    """`total_loc` of every measured cell, a cell that delivered nothing counted at `largest`
+    (the task's largest observed LOC): size over all cells, the PonyBench v3 imputation, so an
+    arm that delivers less often does not look smaller for it."""
+    return [float(loc) if (loc := delivered_loc(r)) is not None else float(largest)
+            for r in records if is_measured(r)]
+
+
+def largest_loc(records: Iterable[dict]) -> float | None:
+    """The largest delivered `total_loc` among `records` (a task's, over every arm), or None."""
+    return max(loc_values(records), default=None)
+
+
 def is_infra(record: dict) -> bool:
     """Whether the cell failed for reasons outside the agent (the model API)."""
     return status_of(record) in INFRA
