@@ -51,8 +51,13 @@ def pytest_load_initial_conftests(early_config, parser, args):
         root / early_config.getini("ponybench_tasks"), root / early_config.getini("ponybench_fixtures"), mode)]
     folders += [str(p / "evals") for p in getattr(known, "ponybench_plugin", None) or [] if (p / "evals").is_dir()]
     if folders:
-        known.file_or_dir = folders  # the initial conftests are looked up from here
-        args.extend(folders)  # and the session collects them
+        # The initial conftests are looked up from these paths. The tasks folder may lie
+        # outside the project (the shipped library, a plugin's evals/), so the rootdir's own
+        # conftest.py is named too: its ponybench hooks load in every layout, as they do when
+        # the project's tasks/ is collected. Named as a file, no test* folder beside it is read.
+        conftest = root / "conftest.py"
+        known.file_or_dir = folders + ([str(conftest)] if conftest.is_file() else [])
+        args.extend(folders)  # the session collects the tasks alone
 
 
 def _selftest_paths(early_config, known) -> list[str]:
