@@ -26,11 +26,21 @@ def pytest_addoption(parser):
     options.addoption(parser)
 
 
+AGAIN = pytest.StashKey[list]()  # the command line to run instead (options.equals_form)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     """A benchmark run with no paths given collects the tasks folder only, not every
     testpath: importing the project's own tests cost each xdist worker seconds."""
     known = early_config.known_args_namespace
+    again = options.equals_form(early_config.invocation_params.args, Path(early_config.invocation_params.dir))
+    if again is not None:
+        # This session's rootdir and ini were chosen from one of our option values taken for a
+        # test path: load no conftest of that wrong root; pytest_cmdline_main runs it again.
+        early_config.stash[AGAIN] = again
+        known.noconftest = True
+        return
     if getattr(known, "file_or_dir", None):
         return
     if not any(getattr(known, name, None) for name in ("ponybench", "ponybench_rescore", "ponybench_resume")):
@@ -51,8 +61,23 @@ def pytest_load_initial_conftests(early_config, parser, args):
         root / early_config.getini("ponybench_tasks"), root / early_config.getini("ponybench_fixtures"), mode)]
     folders += [str(p / "evals") for p in getattr(known, "ponybench_plugin", None) or [] if (p / "evals").is_dir()]
     if folders:
-        known.file_or_dir = folders  # the initial conftests are looked up from here
-        args.extend(folders)  # and the session collects them
+        # The initial conftests are looked up from these paths. The tasks folder may lie
+        # outside the project (the shipped library, a plugin's evals/), so the rootdir's own
+        # conftest.py is named too: its ponybench hooks load in every layout, as they do when
+        # the project's tasks/ is collected. Named as a file, no test* folder beside it is read.
+        conftest = root / "conftest.py"
+        known.file_or_dir = folders + ([str(conftest)] if conftest.is_file() else [])
+        args.extend(folders)  # the session collects the tasks alone
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The session again from the '=' form of its command line, with its rootdir and ini
+    decided as the user meant (options.equals_form); this one configures nothing."""
+    again = config.stash.get(AGAIN, None)
+    if again is None:
+        return None
+    return pytest.main(again, plugins=list(config.invocation_params.plugins or ()))
 
 
 def _selftest_paths(early_config, known) -> list[str]:

@@ -12,7 +12,7 @@ from pytest_ponybench.reports import compare
 from pytest_ponybench.run import calibrate
 
 ROOT = Path(__file__).resolve().parent.parent
-LABELS = ROOT / "tests" / "judge_labels.yaml"
+LABELS = calibration_record.SHIPPED_LABELS
 
 
 def scripted(script):
@@ -36,6 +36,17 @@ def test_the_shipped_labelled_set_has_enough_labels_per_axis(items):
     for axis in judge.AXES:
         assert sum(1 for item in items if axis in item.labels) >= calibrate.MIN_LABELS
     assert {item.variant for item in items} == set(calibrate.VARIANTS)
+
+
+def test_the_shipped_labelled_set_is_found_from_a_directory_holding_nothing(tmp_path, monkeypatch):
+    # A plugin repository: no tests/, no tasks/. The shipped labels and the shipped tasks they
+    # label are found where the package is, not under the current directory.
+    monkeypatch.chdir(tmp_path)
+    labels, tasks, fixtures = calibrate.labelled_set(None, None, None)
+    assert labels == calibration_record.SHIPPED_LABELS and (tasks / "csv_total.yaml").is_file()
+    assert len(calibrate.load_labels(labels, tasks, fixtures)) == 60
+    # A project's own labels read its own folders.
+    assert calibrate.labelled_set(Path("mine.yaml"), None, None) == (Path("mine.yaml"), Path("tasks"), Path("fixtures"))
 
 
 def test_an_agreeing_judge_passes_the_floor_and_a_disagreeing_one_does_not(items):

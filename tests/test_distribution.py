@@ -58,6 +58,7 @@ def installed(tmp_path_factory) -> Path:
     assert {Path(n).stem for n in names if n.startswith("pytest_ponybench/library/tasks/")} == shipped
     assert "pytest_ponybench/library/arms/plugins/small-diff/.claude-plugin/plugin.json" in names
     assert "pytest_ponybench/library/fixtures/notes-app/app/web.py" in names
+    assert "pytest_ponybench/judge/judge_labels.yaml" in names  # ponybench-calibrate's labelled set
     assert not [n for n in names if "__pycache__" in n or "node_modules" in n or "/runs/" in n]
     venv = base / "venv"
     check([sys.executable, "-m", "venv", str(venv)], base)  # no --system-site-packages: fresh
@@ -85,6 +86,17 @@ def test_the_installed_wheel_rehearses_the_shipped_library_from_an_empty_directo
     assert {r["kind"] for r in found} == {"surgical", "fixture", "open"}
     for arm in arms:
         assert f"arm {arm}: proven" in done.stdout
+
+
+def test_the_installed_wheel_finds_the_labelled_set_of_ponybench_calibrate(installed, tmp_path):
+    # What ponybench-calibrate reads before its first judge request, from a directory holding
+    # nothing: the labels and the shipped tasks they name, from the wheel. (Judging all 120
+    # labels through the scripted judge takes minutes; test_calibrate runs that path.)
+    done = check([str(installed), "-c", "from pytest_ponybench.run import calibrate; "
+                  "paths = calibrate.labelled_set(None, None, None); print(len(calibrate.load_labels(*paths)), *paths)"],
+                 tmp_path)
+    count, *paths = done.stdout.split()
+    assert count == "60" and all(Path(p).is_relative_to(installed.parents[1]) for p in paths), done.stdout
 
 
 def test_the_installed_wheel_rehearses_a_plugin_pointed_at_from_its_own_folder(installed, tmp_path, claude_bin):

@@ -133,3 +133,51 @@ def test_a_stable_history_of_20_tasks_x_4_arms_flags_at_most_the_nominal_rate():
     # intervals alone flagged 42 points of this history.
     assert len(points) == 20 * 4 * 3 * (10 - history.MIN_EARLIER)
     assert not flagged, [p.flag for p in flagged]
+
+
+def test_a_run_that_cannot_be_read_is_skipped_naming_it(runs, tmp_path, capsys):
+    # What a typo in -k left before runs without cells were removed, a run cut before its
+    # first result, and a results file someone broke: each skipped, the folder still read.
+    (runs / "20261128-100000").mkdir()
+    (runs / "20261128-100000" / "results.jsonl").write_text("")
+    (runs / "20261128-100000" / "run.json").write_text("{}")
+    (runs / "20261129-100000").mkdir()
+    (runs / "20261129-100000" / "run.json").write_text("{}")
+    broken = make_run(runs, 29, version="2.1.400")
+    with open(broken / "results.jsonl", "a") as fh:
+        fh.write("{not json\n")
+    (runs / "notes").mkdir()  # not a run: passed over without a word
+    assert history.main([str(runs), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    text = capsys.readouterr().out
+    assert "ponybench history: 12 runs, 3 left out, 3 skipped" in text
+    assert f"skipped {runs / '20261128-100000'}: {runs / '20261128-100000' / 'results.jsonl'}: no records" in text
+    assert f"skipped {runs / '20261129-100000'}: {runs / '20261129-100000' / 'results.jsonl'}: missing" in text
+    assert f"skipped {broken}: {broken / 'results.jsonl'}:13: not valid JSON" in text
+    assert "notes" not in text
+    # Nothing readable at all is still bad input.
+    assert history.main([str(runs / "20261128-100000"), "--out", str(tmp_path / "out")]) == 2
+    assert "no run could be read" in capsys.readouterr().err
+
+
+def test_rehearsals_are_counted_by_default_and_shown_marked_when_asked(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for n in range(3):
+        make_run(root, n, version="2.1.400", rehearsal=True)
+    assert history.main([str(root), "--out", str(tmp_path / "a"), "--no-plots"]) == 0
+    text = capsys.readouterr().out
+    assert "ponybench history: 0 runs, 3 left out" in text
+    assert "3 rehearsals left out; --rehearsals includes them, marked REHEARSAL" in text
+    # A planted drift among rehearsals is compared with rehearsals; real runs never with them.
+    make_run(root, DRIFT_RUN, version="2.1.400", rehearsal=True)
+    for n in (20, 21, 22):
+        make_run(root, n, version="2.1.400")
+    assert history.main([str(root), "--out", str(tmp_path / "b"), "--no-plots", "--rehearsals"]) == 0
+    text = capsys.readouterr().out
+    assert "ponybench history: 7 runs, 0 left out" in text
+    assert "REHEARSAL: 4 of these runs are rehearsals (a scripted model)" in text
+    assert "20261201-100000 (REHEARSAL)" in text and "20261221-100000 (REHEARSAL)" not in text
+    drifts = [line for line in text.splitlines() if line.startswith("DRIFT")]
+    assert drifts and all("in 20261210-100000" in line for line in drifts), drifts
+    points = [p for s in json.loads((tmp_path / "b" / "history.json").read_text())["series"] for p in s["points"]]
+    assert {p["run"] for p in points if p["rehearsal"]} == {"20261201-100000", "20261202-100000",
+                                                            "20261203-100000", "20261210-100000"}

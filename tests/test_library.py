@@ -87,6 +87,42 @@ def test_an_empty_directory_collects_the_shipped_library(tmp_path):
     assert "\ncsv_total.yaml::csv_total__baseline__haiku__0\n" in "\n" + done.stdout
 
 
+PROJECT_HOOKS = """
+def pytest_ponybench_cell_record(cell, record):
+    record["mine"] = 1
+
+
+def pytest_collection_finish(session):
+    loaded = [impl.plugin_name for impl in session.config.hook.pytest_ponybench_cell_record.get_hookimpls()]
+    print("project cell_record hooks:", [name for name in loaded if name.endswith("conftest.py")])
+"""
+
+
+@pytest.mark.parametrize("layout", ["empty", "plugin evals only"])
+def test_a_project_without_tasks_loads_its_own_conftest(tmp_path, layout):
+    # The shipped library (or a plugin's evals/ elsewhere) is what the run collects; the
+    # project's conftest.py at the rootdir must load all the same, or its hooks are ignored
+    # without a word. tests/conftest.py stays unread, as it is when tasks/ is collected.
+    root = tmp_path / "project"
+    (root / "tests").mkdir(parents=True)
+    (root / "conftest.py").write_text(PROJECT_HOOKS)
+    (root / "tests" / "conftest.py").write_text("raise SystemExit('tests/conftest.py was imported')\n")
+    extra = []
+    if layout == "plugin evals only":
+        plugin = tmp_path / "plug"
+        (plugin / ".claude-plugin").mkdir(parents=True)
+        (plugin / ".claude-plugin" / "plugin.json").write_text('{"name": "plug"}')
+        (plugin / "skills" / "terse").mkdir(parents=True)
+        (plugin / "skills" / "terse" / "SKILL.md").write_text("---\nname: terse\ndescription: short\n---\nBe terse.\n")
+        (plugin / "evals" / "note").mkdir(parents=True)
+        (plugin / "evals" / "note" / "case.yaml").write_text(
+            "prompt: Write a note.\ngraders:\n  - {type: file_exists, path: '*.md'}\n")
+        extra = [f"--ponybench-plugin={plugin}", "--ponybench-library=off"]
+    done = run(root, ["--ponybench", "--co", "-q", *extra, *QUIET])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert f"project cell_record hooks: ['{root / 'conftest.py'}']" in done.stdout, done.stdout[-3000:]
+
+
 def test_a_project_with_its_own_tasks_replaces_the_shipped_ones_or_adds_to_them(tmp_path):
     root = write_project(tmp_path / "p", {"add": ADD_TASK})
     replaced = run(root, ["--ponybench", "--co", "-q", *QUIET])

@@ -361,6 +361,23 @@ def test_selection_by_task_arm_and_tag(project, pytester, select, expected):
     assert collected(result) == expected
 
 
+@pytest.mark.parametrize("select", [["-k", "ad and nosuch"], ["tasks/nosuch.yaml"]])
+def test_a_typo_in_the_selection_leaves_no_run_directory(project, pytester, monkeypatch, select):
+    # An empty run directory would stand among the kept runs (ponybench-history refused the
+    # whole folder over it); its key goes with it.
+    root = project()
+    keys = pytester.path / "keys"
+    monkeypatch.setenv("PONYBENCH_KEY_DIR", str(keys))
+    result = pytester.runpytest(*pp.bench_args(root, *select))
+    assert result.ret in (pytest.ExitCode.NO_TESTS_COLLECTED, pytest.ExitCode.USAGE_ERROR)
+    assert pp.run_dirs(root) == [] and list(keys.iterdir()) == []
+    result.stdout.fnmatch_lines(["no cell ran, so no run directory was kept*"])
+    assert pp.calls(root) == []
+    # A run that ran a cell (the fake writes nothing: it fails) keeps its directory and its key.
+    assert pytester.runpytest(*pp.bench_args(root)).ret == pytest.ExitCode.TESTS_FAILED
+    assert len(pp.run_dirs(root)) == 1 and len(list(keys.iterdir())) == 1
+
+
 # --- faults: each one run ----------------------------------------------------------------------------
 
 def test_a_cell_timeout_kills_the_agent_and_leaves_no_process(project, pytester):

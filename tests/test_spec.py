@@ -420,13 +420,27 @@ def test_an_unknown_arm_is_a_usage_error(pytester):
     assert "--arms: unknown arm 'nosuch'" in result.stderr.str()
 
 
-def test_a_claude_path_given_with_a_space_is_not_taken_for_a_test_path(pytester):
-    pp.write_project(pytester.path, {"add": pp.ADD_TASK}, {"baseline": "{}\n"})
-    # pytest picks its rootdir before plugin options exist, so the path looks like a test path
-    # and the project's ini (testpaths, tasks) would be silently lost.
-    result = pytester.runpytest_subprocess("--ponybench", "--ponybench-claude", str(pp.FAKE), "--co", *pp.QUIET)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"write it with '=': --ponybench-claude={pp.FAKE}" in result.stderr.str()
+@pytest.mark.parametrize("flag", ["--ponybench-plugin", "--ponybench-claude"])
+def test_a_path_given_with_a_space_means_what_it_means_with_equals(pytester, tmp_path_factory, flag):
+    # pytest picks its rootdir and ini before plugin options exist, from the arguments that
+    # look like paths: the space form moved the rootdir to the common parent and dropped the
+    # project's pytest.ini (its tasks, its models), silently changing which cells run.
+    pp.write_project(pytester.path, {"add": pp.ADD_TASK}, {"baseline": "{}\n"}, ini={"ponybench_models": "sonnet"})
+    plug = tmp_path_factory.mktemp("plug")  # outside the project, as ../plug
+    (plug / ".claude-plugin").mkdir()
+    (plug / ".claude-plugin" / "plugin.json").write_text('{"name": "plug"}')
+    (plug / "skills" / "terse").mkdir(parents=True)
+    (plug / "skills" / "terse" / "SKILL.md").write_text("---\nname: terse\ndescription: short\n---\nBe terse.\n")
+    value = str(plug if flag == "--ponybench-plugin" else pp.FAKE)
+    spaced = pytester.runpytest_subprocess("--ponybench", "--co", "-q", flag, value, *pp.QUIET)
+    equals = pytester.runpytest_subprocess("--ponybench", "--co", "-q", f"{flag}={value}", *pp.QUIET)
+    assert spaced.ret == equals.ret == 0, spaced.stdout.str()[-2000:] + spaced.stderr.str()[-2000:]
+    cells = sorted(line for line in spaced.stdout.lines if "::" in line)
+    assert cells == sorted(line for line in equals.stdout.lines if "::" in line)
+    expected = ["tasks/add.yaml::add__baseline__sonnet__0"]
+    if flag == "--ponybench-plugin":
+        expected.append("tasks/add.yaml::add__plug__sonnet__0")
+    assert cells == expected
 
 
 def test_plugin_versions_rank_as_releases_then_by_age(tmp_path):

@@ -14,6 +14,8 @@ from pytest_ponybench.instruments import gate as instruments
 FLOOR = 0.6  # Cohen's kappa of the gate's decision: "substantial" agreement (Landis and Koch)
 MIN_LABELS = 40  # labels per axis below which no kappa is believed
 GRADERS_AXIS = "graders"  # the axis of the judged graders (ponybench-calibrate --graders-labels)
+# The labelled set of the shipped tasks, package data so that an installed wheel has it too.
+SHIPPED_LABELS = Path(__file__).resolve().with_name("judge_labels.yaml")
 
 
 def calibration_path(fingerprint: str, directory: Path | None = None) -> Path | None:

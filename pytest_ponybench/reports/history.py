@@ -3,8 +3,10 @@
 Reads many kept runs (run directories, or folders holding them) and gives, per task x arm x
 model, each run's correct, safe and robust rates, median LOC and cost per cell, in date order, with
 the CLI version and model id each run used. Runs that would mislead are left out and named:
-rehearsals (a scripted model), runs the budget cut short (cells skipped with "budget
-reached"), and runs with more than a fifth of their cells infra errors.
+rehearsals (a scripted model; `--rehearsals` includes them, marked REHEARSAL, compared only
+with other rehearsals), runs the budget cut short (cells skipped with "budget reached"), and
+runs with more than a fifth of their cells infra errors. A run directory of a folder that
+cannot be read (no results, a broken line) is skipped with one line naming it.
 
 A figure "left its historical range" when the interval of its change against all earlier
 included runs of the same task x arm x model excludes no change: Newcombe's interval for a
@@ -17,8 +19,8 @@ chance of any flag at all is at most that, where 99% intervals alone flagged abo
 of 20 tasks x 4 arms x 10 runs.
 
 Output: a table in the terminal, and summary.md and report.html (a plot per figure, needs
-matplotlib) in ``--out``. Exit status 0, or 2 on bad input (a folder that holds no run, an
-unreadable results.jsonl).
+matplotlib) in ``--out``. Exit status 0, or 2 on bad input (a folder that holds no run, or
+no run that can be read).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from pytest_ponybench.reports.compare import RunError, is_rehearsal, load_record
 from pytest_ponybench.reports.tables import Table
 from pytest_ponybench.specs.argtypes import parse_number
 from pytest_ponybench.store import record as records_
-from pytest_ponybench.store.rundir import RESULTS, SUMMARY, write_atomic
+from pytest_ponybench.store.rundir import OPTIONS, RESULTS, RUN_ID, SUMMARY, write_atomic
 
 FIGURES = (*records_.AXES, "loc", "cost")
 CONFIDENCE = 0.99  # many runs x figures are looked at: a stricter interval keeps false flags rare
@@ -73,6 +75,7 @@ class Point:
     high: float | None
     flag: str = ""  # why it left its historical range, with the interval; "" when it did not
     spec: str = ""  # the cells' spec_hash: changes with the task's or the arm's own text, or the model id
+    rehearsal: bool = False  # a scripted model's figures (--rehearsals): compared with rehearsals only
 
 
 @dataclass
@@ -85,8 +88,14 @@ class Series:
     method: str
 
 
+def looks_like_run(path: Path) -> bool:
+    """A run directory, readable or not: its results, its options or its run id."""
+    return any((path / name).is_file() for name in (RESULTS, OPTIONS, RUN_ID))
+
+
 def find_runs(paths: Sequence[str]) -> list[Path]:
-    """Run directories: each path that holds results.jsonl, else its subfolders that do."""
+    """Run directories: each path that holds results.jsonl, else its subfolders that are runs
+    (an empty or broken one included: main skips it, naming it)."""
     found = []
     for raw in paths:
         path = Path(raw)
@@ -95,14 +104,14 @@ def find_runs(paths: Sequence[str]) -> list[Path]:
         if (path / RESULTS).is_file():
             found.append(path)
             continue
-        inner = sorted(p for p in path.iterdir() if p.is_dir() and (p / RESULTS).is_file())
+        inner = sorted(p for p in path.iterdir() if p.is_dir() and looks_like_run(p))
         if not inner:
             raise RunError(f"{path}: neither a run directory nor a folder of runs (no {RESULTS} in it or below)")
         found += inner
     return list(dict.fromkeys(found))
 
 
-def read_run(path: Path, infra_share: float = records_.INFRA_LOUD_SHARE) -> Run:
+def read_run(path: Path, infra_share: float = records_.INFRA_LOUD_SHARE, rehearsals: bool = False) -> Run:
     records = load_records(path)
     try:
         summary = json.loads((path / SUMMARY).read_text(encoding="utf-8"))
@@ -115,13 +124,16 @@ def read_run(path: Path, infra_share: float = records_.INFRA_LOUD_SHARE) -> Run:
               claude_version=str(summary.get("claude_version") or ", ".join(versions) or "?"),
               rehearsal=is_rehearsal(path, records), budget_skipped=int(summary.get("budget_skipped") or 0),
               infra=infra, cells=cells, records=records)
-    if run.rehearsal:
-        run.left_out = "a rehearsal (scripted model): its figures say nothing about a real model"
+    if run.rehearsal and not rehearsals:
+        run.left_out = REHEARSAL_LEFT_OUT
     elif run.budget_skipped:
         run.left_out = f"cut short by the budget ({run.budget_skipped} cells skipped)"
     elif cells and infra / cells > infra_share:
         run.left_out = f"{infra} of {cells} cells infra errors (more than {infra_share:.0%})"
     return run
+
+
+REHEARSAL_LEFT_OUT = "a rehearsal (scripted model): its figures say nothing about a real model"
 
 
 def figure_of(records: Sequence[dict], figure: str, key: tuple[str, ...]) -> tuple[int, float | None, float | None, float | None, list]:
@@ -197,7 +209,8 @@ METHODS = {
 
 
 def build(runs: list[Run]) -> list[Series]:
-    """One series per task x arm x model x figure over the included runs, in date order."""
+    """One series per task x arm x model x figure over the included runs, in date order. A
+    rehearsal's figure is compared with earlier rehearsals only, a real run's with real runs."""
     included = sorted((r for r in runs if not r.left_out), key=lambda r: (r.date, r.name))
     tested: list[tuple[Point, str, float | None]] = []  # every drift test of the history
     keys = sorted({(str(rec.get("task")), str(rec.get("arm")), str(rec.get("model")))
@@ -206,7 +219,7 @@ def build(runs: list[Run]) -> list[Series]:
     for key in keys:
         for figure in FIGURES:
             points: list[Point] = []
-            pooled: list = []
+            pooled: dict[bool, list] = {False: [], True: []}
             for run in included:
                 mine = [r for r in run.records if (str(r.get("task")), str(r.get("arm")), str(r.get("model"))) == key]
                 if not mine:
@@ -215,12 +228,12 @@ def build(runs: list[Run]) -> list[Series]:
                 ids = sorted({str(r.get("model_id")) for r in mine if r.get("model_id")})
                 specs = ", ".join(sorted({str(r.get("spec_hash")) for r in mine if r.get("spec_hash")}))
                 point = Point(run.name, run.date, run.claude_version, ", ".join(ids) or "?", n, value, low, high,
-                              spec=specs or "?")
-                earlier_runs = sum(1 for p in points if p.n)
+                              spec=specs or "?", rehearsal=run.rehearsal)
+                earlier_runs = sum(1 for p in points if p.n and p.rehearsal == run.rehearsal)
                 if raw and earlier_runs >= MIN_EARLIER:
-                    tested.append((point, *drift(figure, raw, pooled, key + (figure, run.name))))
+                    tested.append((point, *drift(figure, raw, pooled[run.rehearsal], key + (figure, run.name))))
                 if raw:
-                    pooled = pooled + raw
+                    pooled[run.rehearsal] = pooled[run.rehearsal] + raw
                 points.append(point)
             if any(p.n for p in points):
                 out.append(Series(*key, figure, points, METHODS[figure]))
@@ -254,7 +267,8 @@ def tables(series: list[Series]) -> list[Table]:
             cells = {f: next((p for p in s.points if p.run == run), None) for f, s in by_figure.items()}
             first = next(p for p in cells.values() if p is not None)
             flags = "; ".join(p.flag for p in cells.values() if p is not None and p.flag)
-            rows.append([first.date, run, first.claude_version, first.model_id, first.spec]
+            rows.append([first.date, f"{run} (REHEARSAL)" if first.rehearsal else run, first.claude_version,
+                         first.model_id, first.spec]
                         + [fmt(f, point) if (point := cells.get(f)) else "-" for f in FIGURES]
                         + [("DRIFT: " + flags) if flags else ""])
         out.append(Table(f"{task} · {arm} · {model}",
@@ -264,7 +278,15 @@ def tables(series: list[Series]) -> list[Table]:
 
 
 def left_out_lines(runs: list[Run]) -> list[str]:
-    return [f"left out {r.name}: {r.left_out}" for r in runs if r.left_out]
+    lines = [f"left out {r.name}: {r.left_out}" for r in runs if r.left_out]
+    rehearsals = sum(1 for r in runs if r.left_out == REHEARSAL_LEFT_OUT)
+    if rehearsals:
+        lines.append(f"{rehearsals} rehearsals left out; --rehearsals includes them, marked REHEARSAL")
+    included = sum(1 for r in runs if r.rehearsal and not r.left_out)
+    if included:
+        lines.append(f"REHEARSAL: {included} of these runs are rehearsals (a scripted model); their figures say "
+                     f"nothing about a real model and are compared with other rehearsals only")
+    return lines
 
 
 def flags(series: list[Series]) -> list[str]:
@@ -382,22 +404,37 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-infra-share", type=infra_fraction, default=records_.INFRA_LOUD_SHARE, metavar="SHARE",
                    help=f"leave out runs with more than this share of infra-error cells [default {records_.INFRA_LOUD_SHARE}]")
     p.add_argument("--no-plots", action="store_true", help="report.html without plots (no matplotlib needed)")
+    p.add_argument("--rehearsals", action="store_true",
+                   help="include rehearsals (a scripted model's runs), marked REHEARSAL and compared with "
+                        "rehearsals only [default: left out, and counted]")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    runs, skipped = [], []
     try:
-        runs = [read_run(p, args.max_infra_share) for p in find_runs(args.runs)]
+        found = find_runs(args.runs)
     except RunError as exc:
         print(f"ponybench-history: {exc}", file=sys.stderr)
+        return 2
+    for path in found:  # one run that cannot be read never hides the others
+        try:
+            runs.append(read_run(path, args.max_infra_share, args.rehearsals))
+        except RunError as exc:
+            skipped.append(f"skipped {path}: {exc}")
+    if not runs:
+        for line in skipped:
+            print(f"ponybench-history: {line}", file=sys.stderr)
+        print("ponybench-history: no run could be read", file=sys.stderr)
         return 2
     series = build(runs)
     from pytest_ponybench.reports.tables import text_table
 
     included = [r for r in runs if not r.left_out]
-    print(f"ponybench history: {len(included)} runs, {len(runs) - len(included)} left out")
-    for line in left_out_lines(runs) + version_changes(runs) + spec_changes(series):
+    print(f"ponybench history: {len(included)} runs, {len(runs) - len(included)} left out"
+          + (f", {len(skipped)} skipped" if skipped else ""))
+    for line in skipped + left_out_lines(runs) + version_changes(runs) + spec_changes(series):
         print(line)
     for table in tables(series):
         for line in text_table(table):

@@ -1,6 +1,7 @@
 """`ponybench-calibrate`: how far a judge agrees with labels, before it may gate.
 
-A labelled set (`tests/judge_labels.yaml`) names submissions (a task's good reference or one
+A labelled set (by default the shipped one, `pytest_ponybench/judge/judge_labels.yaml`, over
+the shipped tasks; it travels in the wheel) names submissions (a task's good reference or one
 of its judge-pair variants) and a label per axis. The judge scores each; per axis this reports
 the exact agreement, agreement within one point, Cohen's kappa over the four scores, and
 Cohen's kappa of the decision the gates use (over-built: over_engineering >= 2; incomplete:
@@ -22,7 +23,7 @@ from typing import Sequence
 
 from pytest_ponybench.cell import agent
 from pytest_ponybench.judge import judge
-from pytest_ponybench.judge.calibration import FLOOR, GRADERS_AXIS, MIN_LABELS, calibration_path
+from pytest_ponybench.judge.calibration import FLOOR, GRADERS_AXIS, MIN_LABELS, SHIPPED_LABELS, calibration_path
 
 VARIANTS = ("good", "over_built", "stub")
 AT_ONCE = 4
@@ -229,9 +230,12 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ponybench-calibrate",
                                 description="Judge a labelled set; report agreement and Cohen's kappa per axis; "
                                             "record it for ponybench-compare's judged gates.")
-    p.add_argument("--labels", type=Path, default=Path("tests/judge_labels.yaml"), help="the labelled set")
-    p.add_argument("--tasks", type=Path, default=Path("tasks"), help="the folder of the labelled tasks")
-    p.add_argument("--fixtures", type=Path, default=Path("fixtures"), help="their fixtures folder")
+    p.add_argument("--labels", type=Path, default=None,
+                   help="the labelled set (default: the shipped one, over the shipped tasks)")
+    p.add_argument("--tasks", type=Path, default=None,
+                   help="the folder of the labelled tasks (default: the shipped tasks with the shipped labels, "
+                        "else ./tasks)")
+    p.add_argument("--fixtures", type=Path, default=None, help="their fixtures folder (default: as --tasks)")
     p.add_argument("--judge-model", default=judge.DEFAULT_JUDGE_MODEL, help="an alias or a full claude-... id")
     p.add_argument("--votes", type=int, default=1, help="answers per item and axis (odd)")
     p.add_argument("--claude", default=None, help="the claude CLI (default: PATH, then node_modules/.bin/claude)")
@@ -242,6 +246,18 @@ def parser() -> argparse.ArgumentParser:
                         "instead of the judged axes (docs/judge.md)")
     p.add_argument("--out", type=Path, default=None, help="write the record here (default: the proof cache)")
     return p
+
+
+def labelled_set(labels: Path | None, tasks: Path | None, fixtures: Path | None) -> tuple[Path, Path, Path]:
+    """The labels file and the tasks and fixtures folders it names. The shipped labels label
+    the shipped tasks, so with them the folders default to the shipped library's (the wheel's
+    package data, or the checkout), whatever the current directory holds; a project's own
+    labels default to its ./tasks and ./fixtures."""
+    from pytest_ponybench.specs.library import shipped_root
+
+    root = shipped_root() if labels is None else None
+    base = root if root is not None else Path(".")
+    return (labels or SHIPPED_LABELS, tasks or base / "tasks", fixtures or base / "fixtures")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -258,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         script = rehearsal_judge(args.rehearse) if args.rehearse else ("agree", 0, None)
         # One kind of labels per run: the graders' (--graders-labels), else the axes'.
         grader_items = load_grader_labels(args.graders_labels) if args.graders_labels else []
-        items = [] if args.graders_labels else load_labels(args.labels, args.tasks, args.fixtures)
+        items = [] if args.graders_labels else load_labels(*labelled_set(args.labels, args.tasks, args.fixtures))
         claude = agent.find_claude(args.claude, Path.cwd())
         version = agent.claude_version(claude)
         if not args.rehearse and (problem := agent.real_run_problem()):
@@ -284,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fp, rubric = judge.fingerprint(model_id, version, path), judge.rubric_hash()
     identity = f"judge {model_id}, rubric {rubric} (fingerprint {fp}, {path})"
     record = {"fingerprint": fp, "judge_model": model_id, "rubric": rubric, "claude_version": version,
-              "labels_file": str(args.graders_labels or args.labels), "floor": FLOOR, "min_labels": MIN_LABELS,
+              "labels_file": str(args.graders_labels or args.labels or SHIPPED_LABELS), "floor": FLOOR, "min_labels": MIN_LABELS,
               "axes": result}
     target = args.out or calibration_path(fp)
     if target is not None:

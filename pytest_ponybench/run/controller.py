@@ -301,6 +301,7 @@ class Controller:
         config.pluginmanager.register(self.fleet, "ponybench-fleet")
         self.progress: progress.ProgressPrinter | None = None
         self.interrupted = False
+        self.nothing_ran = False  # no cell left anything: the run directory is removed at the end
         self.confinement_line = ""  # said in the header: whether the agent runs in the sandbox
 
     # ---------------------------------------------------------------- the gate
@@ -565,6 +566,9 @@ class Controller:
         interrupt, as the very last line, the command that finishes the run."""
         if self.gathering is None or self.gathering.mode == "rescore":
             return
+        if self.nothing_ran:  # last, after every plugin's sessionfinish wrote what it writes
+            self.state.run_dir.discard()
+            return
         summary.append_step_summary(self.state.run_dir.path / "summary.md")
         if self.interrupted:
             self.write_plain("interrupted; finish this run (finished cells are kept, never paid twice) with: "
@@ -577,6 +581,11 @@ class Controller:
             self.progress.close()
         if self.gathering is not None:
             s = self.state
+            # No cell selected (a typo in a task path or in -k): keep no empty run directory,
+            # which would stand among the kept runs for ponybench-history and compare.
+            self.nothing_ran = self.gathering.mode == "run" and s.run_dir.holds_nothing()
+            if self.nothing_ran:
+                return
             try:
                 self.written = self.gathering.finish(s.model_ids, s.claude_version, rehearsal=s.settings.rehearse,
                                                      reference=s.settings.reference, plots=s.settings.plots)
@@ -606,8 +615,12 @@ class Controller:
         if self.gathering is None:
             return
         tr, state = terminalreporter, self.state
-        every = self.gathering.all_records()
         tr.write_sep("=", "ponybench summary")
+        if self.nothing_ran:
+            tr.write_line("no cell ran, so no run directory was kept (was a task path, -k or -m mistyped?)",
+                          yellow=True)
+            return
+        every = self.gathering.all_records()
         for line in state.run_dir.refused_lines:  # garbage or forged lines of results.jsonl
             tr.write_line(f"ponybench: warning: {line}", yellow=True)
         if self.gathering.disk_problem:

@@ -553,6 +553,29 @@ class RunDir:
                          f"no {RESULTS} and no cell workspace); give a folder under your runs "
                          f"directory, such as runs/<stamp>")
 
+    def holds_nothing(self) -> bool:
+        """Whether no cell left anything here: no record, no workspace, nothing on the spend
+        ledger (a judge's proof spends before any cell). A session that selected no cell (a
+        typo in a task path or in -k) made such a directory."""
+        try:
+            ledger = self.spend_path.stat().st_size
+        except FileNotFoundError:
+            ledger = 0
+        return not ledger and not self.read_results() and not any(self.cell_dirs())
+
+    def discard(self) -> None:
+        """Remove this run directory and its key: for a run that holds nothing (holds_nothing),
+        so an empty folder never stands among the kept runs."""
+        import shutil
+
+        try:
+            run_id = (self.path / RUN_ID).read_text(encoding="utf-8").strip()
+        except OSError:
+            run_id = ""
+        if _valid_run_id(run_id):
+            _key_path(run_id).unlink(missing_ok=True)
+        shutil.rmtree(self.path, ignore_errors=True)
+
     # ---------------------------------------------------------------- paths
 
     @property
