@@ -118,5 +118,7 @@ def test_caught_variant_fails_its_axis_only(variant):
 @pytest.mark.library_gate
 @pytest.mark.parametrize("variant", ACCEPTED, ids=lambda v: f"{v.task}/{v.name}")
 def test_accepted_variant_passes_every_check(variant):
-    failed = {axis: v.reason for axis, v in strength.judge(load(variant.task), variant).verdicts.items() if not v.ok}
-    assert not failed, f"{variant.task} rejects a correct implementation ({variant.name}): {failed}"
+    # every check that decides pass/fail: robust is measured apart and never rejects a fine one
+    judgement = strength.judge(load(variant.task), variant)
+    failed = {axis: v.reason for axis, v in judgement.verdicts.items() if not v.ok}
+    assert judgement.held, f"{variant.task} rejects a correct implementation ({variant.name}): {failed}"
