@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from statistics import median
-from typing import Sequence
+from typing import Any, Sequence
 
 from pytest_ponybench.reports import stats
 from pytest_ponybench.reports.intervals import CONFIDENCE, rng_for, sign_test_p
@@ -120,7 +120,7 @@ def per_task_findings(comparisons: Sequence[stats.ArmComparison]) -> list[str]:
 
 
 def answer(model: str, arm: str, reference: str, pairs: dict[str, tuple[list[dict], list[dict]]],
-           records: Sequence[dict], largest: dict[tuple[str, str], float | None],
+           records: Sequence[dict], largest: dict[tuple[str, ...], float | None],
            pooled: stats.PooledStats | None, *, min_runs: int, min_tasks: int, n_boot: int, seed: int,
            confidence: float) -> PrimaryAnswer:
     """``largest``: each (task, model)'s largest delivered LOC over every arm (size, all cells).
@@ -143,7 +143,7 @@ def answer(model: str, arm: str, reference: str, pairs: dict[str, tuple[list[dic
                        f"{min_tasks} needed (the per-task figures below are exploratory)")
         return result
     pairs = {t: pairs[t] for t in enough}
-    options = dict(min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot, confidence=confidence)
+    options: dict[str, Any] = dict(min_runs=min_runs, min_tasks=min_tasks, n_boot=n_boot, confidence=confidence)
     for axis in AXES:
         estimate = getattr(pooled, f"{axis}_diff", None)
         if estimate is None:  # an axis the pooled table has no column for: the same method, seed key

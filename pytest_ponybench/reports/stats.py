@@ -663,7 +663,7 @@ def consistency(records: Sequence[dict], k: int | None = None) -> list[Consisten
             flipped=flipped, share_all_passed=all_passed / tasks if tasks else None,
             share_flipped=flipped / tasks if tasks else None, single_run_tasks=single,
             pass_k=arm_k if at_k else None, pass_k_rule=rule if at_k else "",
-            pass_hat_k=pass_hat(arm_k, at_k) if at_k else None,
+            pass_hat_k=pass_hat(arm_k, at_k) if at_k and arm_k else None,
             pass_hat_1=pass_hat(1, at_k) if at_k else None, note=note))
     return result
 

@@ -604,7 +604,7 @@ class Controller:
         from _pytest.junitxml import xml_key
 
         xml = config.stash.get(xml_key, None)
-        if xml is None or not self.gathering.primary:
+        if xml is None or self.gathering is None or not self.gathering.primary:
             return
         from pytest_ponybench.reports import primary
 

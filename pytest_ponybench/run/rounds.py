@@ -426,16 +426,16 @@ def plan_lines(rows: list[PlanRow], arms_by: dict, costs: dict, s: RoundSettings
     for key in sorted({(r.task, r.model) for r in rows}):
         mine = [r for r in rows if (r.task, r.model) == key]
         rate_rows = [r for r in mine if r.axis != "loc"]
-        fixed = max((_power().LIMIT if r.fixed_runs is None else r.fixed_runs) for r in mine)
+        fixed_runs = max((_power().LIMIT if r.fixed_runs is None else r.fixed_runs) for r in mine)
         capped = max(((r.sequential_cap or 0) for r in rate_rows), default=0)
         width = len(arms_by.get(key, ()))
-        fixed_cells += fixed * width
+        fixed_cells += fixed_runs * width
         seq_cells += capped * width
         cost = costs.get(key, s.plan_cell_cost)
         if cost is None:
             unknown.add(key)
             continue
-        fixed_cost += fixed * width * cost
+        fixed_cost += fixed_runs * width * cost
         seq_cost += capped * width * cost
     money = "simulated USD (rehearsal)" if rehearsal else "USD"
     source = ("cost per cell from earlier kept runs of each task and model"
