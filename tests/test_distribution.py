@@ -90,13 +90,17 @@ def test_the_installed_wheel_rehearses_the_shipped_library_from_an_empty_directo
 
 def test_the_installed_wheel_finds_the_labelled_set_of_ponybench_calibrate(installed, tmp_path):
     # What ponybench-calibrate reads before its first judge request, from a directory holding
-    # nothing: the labels and the shipped tasks they name, from the wheel. (Judging all 120
-    # labels through the scripted judge takes minutes; test_calibrate runs that path.)
-    done = check([str(installed), "-c", "from pytest_ponybench.run import calibrate; "
-                  "paths = calibrate.labelled_set(None, None, None); print(len(calibrate.load_labels(*paths)), *paths)"],
+    # nothing: the labels and the shipped tasks they name, from the wheel. (Judging them through
+    # the scripted judge is test_calibrate's.)
+    from pytest_ponybench.run import calibrate
+
+    done = check([str(installed), "-c", "from pytest_ponybench.run import calibrate; paths = "
+                  "calibrate.labelled_set(None, None, None); print(len(calibrate.load_labels(*paths).items), *paths)"],
                  tmp_path)
     count, *paths = done.stdout.split()
-    assert count == "60" and all(Path(p).is_relative_to(installed.parents[1]) for p in paths), done.stdout
+    shipped = calibrate.load_labels(REPO / "pytest_ponybench/judge/judge_labels.yaml", REPO / "tasks", REPO / "fixtures")
+    assert count == str(len(shipped.items)) and all(Path(p).is_relative_to(installed.parents[1]) for p in paths), \
+        done.stdout
 
 
 def test_the_installed_wheel_rehearses_a_plugin_pointed_at_from_its_own_folder(installed, tmp_path, claude_bin):

@@ -630,15 +630,20 @@ class Pair:
     worse: Submission
 
 
-def _before(task) -> dict[str, str]:
-    """A fixture task's files before the change: the fixture's own, and its seed."""
-    out = dict(task.seed)
-    if task.fixture is not None:
-        for rel in task.refs.good:
-            path = Path(task.fixture) / rel
-            if path.is_file():
-                out.setdefault(rel, _read(path))
-    return out
+def task_submission(task, files: dict[str, str]) -> Submission:
+    """Files written for a task ({path: content}: the changed and added ones in full) as the
+    judge sees them: a fixture task's diff against its seed and fixture, else the files. A
+    file left out is unchanged, not deleted."""
+    if task.kind != "fixture":
+        return files_submission(files)
+    before = {}
+    for rel in files:
+        path = Path(task.fixture) / rel if task.fixture is not None else None
+        if rel in task.seed:
+            before[rel] = task.seed[rel]
+        elif path is not None and path.is_file():
+            before[rel] = _read(path)
+    return diff_submission(before, files)
 
 
 def pairs_for(task) -> list[Pair]:
@@ -655,12 +660,7 @@ def pairs_for(task) -> list[Pair]:
         name, worse = variants[axis]
         if worse == good:
             continue
-        if task.kind == "fixture":
-            before = _before(task)
-            better_sub, worse_sub = diff_submission(before, good), diff_submission(before, worse)
-        else:
-            better_sub, worse_sub = files_submission(good), files_submission(worse)
-        found.append(Pair(task.name, axis, name, better_sub, worse_sub))
+        found.append(Pair(task.name, axis, name, task_submission(task, good), task_submission(task, worse)))
     return found
 
 

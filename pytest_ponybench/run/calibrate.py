@@ -1,19 +1,21 @@
 """`ponybench-calibrate`: how far a judge agrees with labels, before it may gate.
 
 A labelled set (by default the shipped one, `pytest_ponybench/judge/judge_labels.yaml`, over
-the shipped tasks; it travels in the wheel) names submissions (a task's good reference or one
-of its judge-pair variants) and a label per axis. The judge scores each; per axis this reports
-the exact agreement, agreement within one point, Cohen's kappa over the four scores, and
-Cohen's kappa of the decision the gates use (over-built: over_engineering >= 2; incomplete:
-completeness <= 1). The record is kept under the judge's fingerprint (the proof cache's
-folder, `calibrations/<fingerprint>.json`, or `--out`), and ponybench-compare's judged gates
-read it: a judged axis gates only when its decision kappa is at least FLOOR over at least
+the shipped tasks; it travels in the wheel) holds submissions written for the tasks and the
+scores several labellers gave each on each axis; the label is their median. The judge scores
+each; per axis this reports the exact agreement, agreement within one point, Cohen's kappa
+over the four scores, and Cohen's kappa of the decision the gates use (over-built:
+over_engineering >= 2; incomplete: completeness <= 1), beside the labellers' own agreement
+(Cohen's kappa of every pair of them). The record is kept under the judge's fingerprint (the
+proof cache's folder, `calibrations/<fingerprint>.json`, or `--out`), and ponybench-compare's
+judged gates read it: a judged axis gates only when its decision kappa is at least FLOOR over at least
 MIN_LABELS labels (docs/judge.md says why these numbers).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -25,17 +27,28 @@ from pytest_ponybench.cell import agent
 from pytest_ponybench.judge import judge
 from pytest_ponybench.judge.calibration import FLOOR, GRADERS_AXIS, MIN_LABELS, SHIPPED_LABELS, calibration_path
 
-VARIANTS = ("good", "over_built", "stub")
 AT_ONCE = 4
+ENTRY_FIELDS = ("id", "task", "files", "labels")
 
 
 @dataclass(frozen=True)
 class Item:
+    id: str
     task: str
-    variant: str
     submission: judge.Submission
     ticket: str
-    labels: dict  # axis -> label 0..3
+    labels: dict  # axis -> the labellers' scores 0..3, in the order of the set's `labellers`
+
+    def label(self, axis: str) -> int:
+        """The label the judge is measured against: the lower median of the labellers' scores
+        (with an even count, the lower of the middle two, as the judge's own votes are settled)."""
+        return statistics.median_low(self.labels[axis])
+
+
+@dataclass(frozen=True)
+class LabelledSet:
+    labellers: tuple[str, ...]
+    items: list[Item]
 
 
 def cohen_kappa(pairs: Sequence[tuple[int, int]]) -> float | None:
@@ -57,15 +70,17 @@ def decision(axis: str, score: int) -> bool:
     return score >= judge.OVER_BUILT if axis == "over_engineering" else score <= judge.INCOMPLETE
 
 
-def variant_files(task, variant: str) -> dict[str, str]:
-    good = dict(task.refs.good)
-    return {"good": good, "over_built": judge.over_built(good), "stub": judge.stub(good)}[variant]
+def _scores(value, count: int) -> bool:
+    return (isinstance(value, list) and len(value) == count
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3 for v in value))
 
 
-def load_labels(path: Path, tasks_dir: Path, fixtures_dir: Path) -> list[Item]:
-    """The labelled set: a YAML list of {task, variant, over_engineering, completeness}
-    (a label may be left out: that axis is not labelled for the item). Errors name the file,
-    the entry and the field."""
+def load_labels(path: Path, tasks_dir: Path, fixtures_dir: Path) -> LabelledSet:
+    """The labelled set: `labellers: [names]` and `submissions:`, a list of {id, task, files:
+    {path: content}, labels: {axis: [one score 0-3 per labeller, in that order]}} (an axis may
+    be left out: it is not labelled for that submission). A fixture task's files are the ones
+    the submission changed or added, in full; the judge is shown their diff. Errors name the
+    file, the entry and the field."""
     import yaml
 
     from pytest_ponybench.specs.spec import SpecError, load_task
@@ -74,45 +89,96 @@ def load_labels(path: Path, tasks_dir: Path, fixtures_dir: Path) -> list[Item]:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"{path}: cannot be read as YAML: {exc}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("labels"), list):
-        raise ValueError(f"{path}: must be a mapping with a `labels` list")
-    tasks, items = {}, []
-    for index, entry in enumerate(raw["labels"]):
-        where = f"{path}: labels[{index}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("task"), str):
-            raise ValueError(f"{where}: needs a `task` name")
-        if entry.get("variant") not in VARIANTS:
-            raise ValueError(f"{where}: field 'variant' must be one of {', '.join(VARIANTS)}")
-        unknown = set(entry) - {"task", "variant", *judge.AXES}
+    if isinstance(raw, dict) and "submissions" not in raw and isinstance(raw.get("labels"), list):
+        raise ValueError(f"{path}: a `labels` list of `variant` entries is the old form, and no longer read: "
+                         "a variant's label follows from how it was made, so it proves a judge (judge pairs) "
+                         "but cannot calibrate one; give `labellers` and `submissions` with each "
+                         "submission's files (docs/judge.md)")
+    if not isinstance(raw, dict) or not isinstance(raw.get("submissions"), list):
+        raise ValueError(f"{path}: must be a mapping with `labellers` and a `submissions` list")
+    labellers = raw.get("labellers")
+    if (not isinstance(labellers, list) or not labellers or len(set(map(str, labellers))) != len(labellers)
+            or not all(isinstance(name, str) and name for name in labellers)):
+        raise ValueError(f"{path}: field 'labellers' must be a list of distinct names, one per score")
+    tasks, items, seen = {}, [], set()
+    for index, entry in enumerate(raw["submissions"]):
+        named = isinstance(entry, dict) and isinstance(entry.get("id"), str) and entry["id"]
+        where = f"{path}: submissions[{index}]" + (f" ({entry['id']})" if named else "")
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: must be a mapping of {', '.join(ENTRY_FIELDS)}")
+        unknown = set(entry) - set(ENTRY_FIELDS)
         if unknown:
             raise ValueError(f"{where}: unknown field '{sorted(unknown)[0]}'")
-        labels = {}
-        for axis in judge.AXES:
-            if axis in entry:
-                value = entry[axis]
-                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
-                    raise ValueError(f"{where}: field '{axis}' must be a whole number 0 to 3")
-                labels[axis] = value
+        for field in ENTRY_FIELDS:
+            if field not in entry:
+                raise ValueError(f"{where}: needs the field '{field}'")
+        if not isinstance(entry["id"], str) or not entry["id"] or entry["id"] in seen:
+            raise ValueError(f"{where}: field 'id' must be a name no other submission has")
+        seen.add(entry["id"])
+        files = entry["files"]
+        if not isinstance(files, dict) or not files or not all(
+                isinstance(rel, str) and isinstance(text, str) for rel, text in files.items()):
+            raise ValueError(f"{where}: field 'files' must be a mapping {{path: content}} of at least one file")
+        labels = entry["labels"]
+        if not isinstance(labels, dict) or not labels:
+            raise ValueError(f"{where}: field 'labels' must map an axis ({', '.join(judge.AXES)}) to scores")
+        for axis, value in labels.items():
+            if axis not in judge.AXES:
+                raise ValueError(f"{where}: field 'labels.{axis}' is not an axis ({', '.join(judge.AXES)})")
+            if not _scores(value, len(labellers)):
+                raise ValueError(f"{where}: field 'labels.{axis}' must be a list of {len(labellers)} whole "
+                                 f"numbers 0 to 3, one per labeller ({', '.join(labellers)})")
         name = entry["task"]
         if name not in tasks:
             try:
                 tasks[name] = load_task(Path(tasks_dir) / f"{name}.yaml", Path(fixtures_dir))
-            except SpecError as exc:
-                raise ValueError(f"{where}: task '{name}': {exc}") from None
+            except (SpecError, TypeError) as exc:
+                raise ValueError(f"{where}: field 'task': '{name}': {exc}") from None
         task = tasks[name]
-        files = variant_files(task, entry["variant"])
-        if task.kind == "fixture":
-            from pytest_ponybench.judge.judge import _before
-
-            sub = judge.diff_submission(_before(task), files)
-        else:
-            sub = judge.files_submission(files)
-        items.append(Item(name, entry["variant"], sub, task.prompt, labels))
-    return items
+        sub = judge.task_submission(task, files)
+        if sub.empty:
+            raise ValueError(f"{where}: field 'files': nothing the judge is shown (no changed source file)")
+        items.append(Item(entry["id"], name, sub, task.prompt, {a: tuple(v) for a, v in labels.items()}))
+    return LabelledSet(tuple(labellers), items)
 
 
-def calibrate(ask, items: Sequence[Item], votes: int = 1) -> dict:
-    """Judge every labelled item on each labelled axis; the figures per axis."""
+def labeller_agreement(labelled: LabelledSet) -> dict:
+    """Per axis, how far the labellers agree with each other: Cohen's kappa of every pair of
+    labellers, on the scores and on the gate's decision, and their means (Light's kappa)."""
+    out = {}
+    names = labelled.labellers
+    for axis in judge.AXES:
+        scored = [item.labels[axis] for item in labelled.items if axis in item.labels]
+        if not scored or len(names) < 2:
+            continue
+        pairs = []
+        for i in range(len(names)):
+            for j in range(i + 1, len(names)):
+                both = [(s[i], s[j]) for s in scored]
+                pairs.append({"labellers": [names[i], names[j]],
+                              "agreement": round(sum(a == b for a, b in both) / len(both), 3),
+                              "kappa": _rounded(cohen_kappa(both)),
+                              "decision_kappa": _rounded(cohen_kappa([(decision(axis, a), decision(axis, b))
+                                                                      for a, b in both]))})
+        out[axis] = {"labellers": list(names), "labels": len(scored), "pairs": pairs,
+                     "mean_kappa": _mean(p["kappa"] for p in pairs),
+                     "mean_decision_kappa": _mean(p["decision_kappa"] for p in pairs)}
+    return out
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _mean(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 3) if known else None
+
+
+def calibrate(ask, labelled: LabelledSet, votes: int = 1) -> dict:
+    """Judge every labelled item on each labelled axis; the figures per axis, with the
+    labellers' agreement among themselves beside them."""
+    items = labelled.items
     jobs = [(item, axis) for item in items for axis in judge.AXES if axis in item.labels]
 
     def one(job):
@@ -123,7 +189,7 @@ def calibrate(ask, items: Sequence[Item], votes: int = 1) -> dict:
         judged = list(pool.map(one, jobs))
     out = {}
     for axis in judge.AXES:
-        pairs = [(item.labels[axis], j.score) for (item, a), j in zip(jobs, judged) if a == axis]
+        pairs = [(item.label(axis), j.score) for (item, a), j in zip(jobs, judged) if a == axis]
         scored = [(a, b) for a, b in pairs if b is not None]
         kappa = cohen_kappa(scored)
         gate = cohen_kappa([(decision(axis, a), decision(axis, b)) for a, b in scored])
@@ -131,13 +197,14 @@ def calibrate(ask, items: Sequence[Item], votes: int = 1) -> dict:
             "labels": len(pairs), "judged": len(scored),
             "agreement": round(sum(a == b for a, b in scored) / len(scored), 3) if scored else None,
             "within_one": round(sum(abs(a - b) <= 1 for a, b in scored) / len(scored), 3) if scored else None,
-            "kappa": None if kappa is None else round(kappa, 3),
-            "decision_kappa": None if gate is None else round(gate, 3),
+            "kappa": _rounded(kappa), "decision_kappa": _rounded(gate),
             "cost_usd": round(sum(j.cost_usd for (item, a), j in zip(jobs, judged) if a == axis), 6),
         }
         # Not judged counts against the judge: a label it could not score is a disagreement.
         out[axis]["passes_floor"] = bool(len(pairs) >= MIN_LABELS and scored and len(scored) == len(pairs)
                                          and gate is not None and gate >= FLOOR)
+    for axis, among in labeller_agreement(labelled).items():
+        out[axis]["labellers"] = among
     return out
 
 
@@ -223,6 +290,12 @@ def lines(result: dict, identity: str) -> list[str]:
         out.append(f"  {axis}: {f['judged']} of {f['labels']} labels judged; agreement {f['agreement']}, "
                    f"within one {f['within_one']}; Cohen's kappa {f['kappa']}, of the gate's decision "
                    f"{f['decision_kappa']} (floor {FLOOR} over >= {MIN_LABELS} labels): {verdict}")
+        if f.get("labellers"):
+            among = f["labellers"]
+            each = lambda key: ", ".join(f"{'-'.join(p['labellers'])} {p[key]}" for p in among["pairs"])  # noqa: E731
+            out.append(f"    the labellers among themselves ({len(among['labellers'])}, the label is their median): "
+                       f"Cohen's kappa {each('kappa')} (mean {among['mean_kappa']}); of the gate's decision "
+                       f"{each('decision_kappa')} (mean {among['mean_decision_kappa']})")
     return out
 
 
@@ -274,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         script = rehearsal_judge(args.rehearse) if args.rehearse else ("agree", 0, None)
         # One kind of labels per run: the graders' (--graders-labels), else the axes'.
         grader_items = load_grader_labels(args.graders_labels) if args.graders_labels else []
-        items = [] if args.graders_labels else load_labels(*labelled_set(args.labels, args.tasks, args.fixtures))
+        labelled = None if args.graders_labels else load_labels(*labelled_set(args.labels, args.tasks, args.fixtures))
         claude = agent.find_claude(args.claude, Path.cwd())
         version = agent.claude_version(claude)
         if not args.rehearse and (problem := agent.real_run_problem()):
@@ -286,8 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         env = server.env if server else {}
         ask = lambda text: judge.ask_cli(claude, model_id, text, env)  # noqa: E731
-        result = (calibrate_graders(ask, grader_items, args.votes) if args.graders_labels
-                  else calibrate(ask, items, args.votes))
+        result = (calibrate_graders(ask, grader_items, args.votes) if labelled is None
+                  else calibrate(ask, labelled, args.votes))
     finally:
         if server:
             server.stop()
