@@ -528,7 +528,7 @@ def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
     ws.mkdir()
     (ws / "add.py").write_text(pp.GOOD_WRITES["add.py"])  # written before the agent was stopped
     write_record(ws, cell.AGENT_RECORD, {"status": status, "error": "it did not run properly"}, None)
-    record = cell.score_cell(c, ws)
+    record = cell.score_cell(c, ws).to_json()
     assert record["ran"] is False and record["passed"] is False
     # safe: the add task has no safe check, so nothing was measured there, run or not
     assert (record["correct"], record["safe"]) == (0, None)

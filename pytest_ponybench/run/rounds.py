@@ -183,9 +183,9 @@ class RoundsPlugin:
             return self.found[cell.id]
         run_dir = self.state.run_dir
         record = finished_record(run_dir.cell_dir(cell.id), run_dir, move=False)
-        if record is not None and record.get("spec_hash") == cell.spec_hash:
-            self.found[cell.id] = record
-            return record
+        if record is not None and record.spec_hash == cell.spec_hash:
+            self.found[cell.id] = record.to_json()  # what the comparisons count (record.outcome)
+            return self.found[cell.id]
         return None
 
     def side(self, cell, arm, upto: int) -> dict[int, dict]:

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pytest_ponybench.specs import HARNESS_PREFIX
+from pytest_ponybench.store.record import CellRecord, RecordError
 
 OPTIONS = "run.json"
 RESULTS = "results.jsonl"
@@ -369,17 +370,12 @@ def _jsonl_lines(path: Path):
                     yield number, None
 
 
-# The fields every output reads a record by (record.py): a line without them is no record.
-RESULT_KEYS = ("cell", "task", "arm", "model", "status")
-
-
-def results_line_problem(record) -> str | None:
-    """Why a results.jsonl line is not a cell record, or None when it is one."""
-    if not isinstance(record, dict):
-        return "it is not a JSON object"
-    missing = [k for k in RESULT_KEYS if not isinstance(record.get(k), str) or not record.get(k)]
-    if missing:
-        return f"it has no {', '.join(missing)}"
+def record_problem(data) -> str | None:
+    """Why `data` is no cell record (`CellRecord.from_json`'s sentence), or None."""
+    try:
+        CellRecord.from_json(data)
+    except RecordError as exc:
+        return str(exc)
     return None
 
 
@@ -395,13 +391,15 @@ SHARED_MAX = 200  # characters: values up to this long are kept once per read (t
 
 
 def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
-    """The cell records of a results file. A line that is garbage, not a record (`{}`), or
+    """The cell records of a results file, each in its JSON form as `CellRecord.from_json`
+    accepts it. A line that is garbage, not a record (`{}`, a field of the wrong type), or
     (with a key) not sealed by it is skipped and `warn` gets one sentence naming the file and
     line; the `mac` field is taken off what is returned."""
     kept = []
     shared: dict[str, str] = {}
     for number, record in _jsonl_lines(path):
-        problem = results_line_problem(record)
+        problem = record_problem({k: v for k, v in record.items() if k != MAC_FIELD}
+                                 if isinstance(record, dict) else record)
         if problem is None and key is not None:
             try:
                 body = {k: v for k, v in record.items() if k != MAC_FIELD}
