@@ -1,9 +1,11 @@
 """The cell record, and which cells count: one definition every output reads.
 
-A record is one flat dict of JSON-safe values (str, int, float, bool or None): it travels
-from an xdist worker to the controller as the item's `user_properties`, lands in `--junitxml`
-as `<property>` elements and is one line of `results.jsonl`. Its fields are `FIELDS` below
-(docs/architecture.md explains each).
+A record is a `CellRecord`, built once where its cell ends and passed forward; its JSON form
+(`to_json`), one flat dict of JSON-safe values (str, int, float, bool or None), travels from an
+xdist worker to the controller as the item's `user_properties`, lands in `--junitxml` as
+`<property>` elements and is one line of `results.jsonl`. Whatever is read back becomes a
+record through `CellRecord.from_json`. Its fields are `FIELDS` below, the dataclass's
+(docs/architecture.md, "The result record", explains each and how a record flows).
 
 Statuses fall in five sets, and every output (the terminal table, summary.json, summary.md,
 report.html, ponybench-compare) counts cells through the helpers here, so one run never gives
