@@ -346,7 +346,8 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> CellRecord:
     transcript = transcripts.read_transcript(ws / workspace.TRANSCRIPT)
     answer = (transcript.result or {}).get("result") or transcript.last_text
     task = cell.task
-    record = {**identity(cell), "status": status, "ran": status == records.FINISHED,
+    # Its fields as they are found; a CellRecord once they are all there.
+    fields = {**identity(cell), "status": status, "ran": status == records.FINISHED,
               "error": error, "rehearsal": bool(ran.get("rehearsal")), "reused": False,
               # Paths the agent wrote beside its workspace (none can, when confined).
               "escaped": ",".join(ran.get("escaped") or []), "workspace": str(ws.resolve()),
@@ -355,33 +356,32 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> CellRecord:
               # What the agent left that no program can copy (too deep, a pipe, a socket, a
               # link leading out): removed before scoring, named here; scored without it.
               "skipped_files": str(ran.get("skipped_files") or "")}
-    record.update(transcripts.usage_metrics(transcript))
-    record.update(transcripts.activity(transcript))
+    fields.update(transcripts.usage_metrics(transcript))
+    fields.update(transcripts.activity(transcript))
     if status == records.NOT_RUN:
-        record.update(metrics.EMPTY)
+        fields.update(metrics.EMPTY)
     else:
-        record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws, key),
+        fields.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws, key),
                                          workspace.seed_manifest(ws, task.seed, key), answer))
-    if record["ran"]:
-        verdicts, record["verdict_key"] = judged(task, ws, key)
+    if fields["ran"]:
+        verdicts, fields["verdict_key"] = judged(task, ws, key)
     else:
         # What an agent left behind when it never ran properly does not count as its answer.
         verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
                     for axis in measured_axes(task)}
     broken = [v for v in verdicts.values() if v.instrument]
     if broken:  # the harness's instrument failed, not the agent: left out of the rates, named
-        record.update(status=records.INSTRUMENT_ERROR, error=f"instrument error: {broken[0].reason}")
+        fields.update(status=records.INSTRUMENT_ERROR, error=f"instrument error: {broken[0].reason}")
     for axis in records.AXES:
         if axis in verdicts:
-            record[axis], record[f"{axis}_reason"] = int(verdicts[axis].ok), verdicts[axis].reason
+            fields[axis], fields[f"{axis}_reason"] = int(verdicts[axis].ok), verdicts[axis].reason
         else:
             # No check on this axis: nothing was measured, so the value is None (left out of
             # the axis's rate, '-' in every table), never a pass. Delivery has its own rate.
-            record[axis], record[f"{axis}_reason"] = None, records.not_measured_reason(axis)
-    failure = failure_line(record)
-    record["passed"] = failure is None
-    record["failure"] = failure or ""
-    return CellRecord.from_json(record)  # the one check of its shape: a wrong type stops here, named
+            fields[axis], fields[f"{axis}_reason"] = None, records.not_measured_reason(axis)
+    scored = CellRecord.from_json(fields)  # the one check of its shape: a wrong type stops here, named
+    failure = failure_line(scored)
+    return replace(scored, passed=failure is None, failure=failure or "")
 
 
 def _whole(value, default: int) -> int:
@@ -452,20 +452,20 @@ def reference_workspace(task: TaskSpec) -> Path | None:
     return _references[key]
 
 
-def failure_line(record: dict) -> str | None:
+def failure_line(record: CellRecord) -> str | None:
     """None when the cell passes; else one line saying which gate failed and why."""
-    if record["status"] == records.INSTRUMENT_ERROR:
-        return record["error"]
-    if not record["ran"]:
-        return f"agent never ran properly ({record['status']}): {record['error']}"
-    if record.get("escaped"):
-        return f"the agent wrote outside its workspace: {record['escaped']}"
-    if record["kind"] != "surgical" and not record["delivered"]:
+    if record.status == records.INSTRUMENT_ERROR:
+        return record.error
+    if not record.ran:
+        return f"agent never ran properly ({record.status}): {record.error}"
+    if record.escaped:
+        return f"the agent wrote outside its workspace: {record.escaped}"
+    if record.kind != "surgical" and not record.delivered:
         return "the agent finished but delivered no code"
-    if record["correct"] == 0:  # None: not measured, which fails nothing
-        return f"incorrect: {record['correct_reason']}"
-    if record["safe"] == 0:
-        return f"unsafe: {record['safe_reason']}"
+    if record.correct == 0:  # None: not measured, which fails nothing
+        return f"incorrect: {record.correct_reason}"
+    if record.safe == 0:
+        return f"unsafe: {record.safe_reason}"
     return None
 
 
