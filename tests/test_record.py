@@ -62,3 +62,13 @@ def test_from_json_names_the_field_that_is_wrong(change, named):
 def test_from_json_refuses_what_is_no_object():
     with pytest.raises(RecordError, match="it is not a JSON object"):
         CellRecord.from_json([1, 2])
+
+
+def test_records_made_with_one_table_share_their_short_repeated_values():
+    shared: dict[str, str] = {}
+    first, second = (CellRecord.from_json(json.loads(json.dumps({**IDENTITY, "status": "finished",
+                                                                 "failure": "incorrect: add(2, 3) is not 5"})), shared)
+                     for _ in range(2))
+    assert first.failure == second.failure and first.failure is second.failure and first.task is second.task
+    alone = CellRecord.from_json(json.loads(json.dumps({**IDENTITY, "status": "finished", "failure": first.failure})))
+    assert alone.failure is not first.failure  # without a table each record keeps its own

@@ -49,17 +49,19 @@ class Gathering:
     anyway. `mode` is "run", "resume" or "rescore".
 
     What this session reported is never read back from a file: the summary and the reports are
-    made from the records held here (the reports hold every record at the end anyway, so
-    holding them from the start costs no more at the peak). Only what an earlier session left
-    (a resume's or rescore's other cells) is read, through `CellRecord.from_json`."""
+    made from the records held here (the reports hold every record at the end anyway). Only
+    what an earlier session left (a resume's or rescore's other cells) is read, through
+    `CellRecord.from_json`."""
 
     def __init__(self, run_dir: RunDir, mode: str = "run"):
         self.run_dir = run_dir
         self.mode = mode
         # This session's records by cell, in the order cells first reported; a cell reported
         # again (a crashed worker's cell, then its record) keeps its place and its last record.
+        # Made into their JSON forms once, at the end (`final`), and let go then.
         self.records: dict[str, CellRecord] = {}
-        self.merged = False  # a resume's or rescore's results are merged into results.jsonl
+        self.cells: set[str] = set()  # the cells this session reported
+        self.shared: dict[str, str] = {}  # one copy of each short value that repeats (CellRecord.from_json)
         self.budget_skipped = 0
         self.reused = 0  # cells of this session reported from an earlier one's results
         self.results_path = run_dir.results_path if mode == "run" else \
@@ -80,14 +82,10 @@ class Gathering:
             make_room(run_dir.spend_path, LEDGER_ROOM)
             make_room(self.results_path, RESULTS_ROOM)
 
-    @property
-    def cells(self) -> set[str]:
-        """The cells this session reported."""
-        return set(self.records)
-
     def add(self, record: CellRecord) -> None:
-        if record.reused and record.cell not in self.records:
+        if record.reused and record.cell not in self.cells:
             self.reused += 1  # a resume reported it from its kept result: not run again
+        self.cells.add(record.cell)
         self.records[record.cell] = record
         # Sealed with the run's key: a line an agent appends or rewrites does not verify.
         line = json.dumps(seal_result(record.to_json(), self.run_dir.key), sort_keys=True) + "\n"
@@ -115,7 +113,7 @@ class Gathering:
         mine = [r.to_json() for r in self.records.values()]
         if self.mode == "run":
             return mine
-        earlier = [r for r in self.run_dir.read_results() if r["cell"] not in self.records]
+        earlier = [r for r in self.run_dir.read_results() if r["cell"] not in self.cells]
         earlier = list({r["cell"]: r for r in earlier}.values())  # the last line of a cell wins
         if self.mode == "resume":
             earlier += self.recovered({r["cell"] for r in earlier})
@@ -129,7 +127,7 @@ class Gathering:
         the cell's line said."""
         found = []
         for ws in self.run_dir.cell_dirs():
-            if ws.name in listed or ws.name in self.records or KEPT_ASIDE.search(ws.name):
+            if ws.name in listed or ws.name in self.cells or KEPT_ASIDE.search(ws.name):
                 continue
             record = cells.sealed_result(ws, self.run_dir)
             if record is not None:
@@ -152,7 +150,8 @@ class Gathering:
     def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool,
                reference: str, plots: bool = True) -> list:
         """Write summary.json, then the reports. Results are on disk already, line by line."""
-        every = self.all_records()
+        every = self.final = self.all_records()
+        self.records.clear()  # every one is in `final` now, as its JSON form: the reports' peak holds one copy
         changed = self.results_changed()
         if changed and self.lines_lost == 0:
             self.run_dir.refused_lines.append(
@@ -166,8 +165,6 @@ class Gathering:
                 json.dumps(seal_result(r, self.run_dir.key), sort_keys=True) + "\n" for r in every))
             if self.results_path != self.run_dir.results_path:  # a resume's or rescore's own file
                 self.results_path.unlink(missing_ok=True)
-            self.merged = True
-        self.final = every
         versions = sorted({version for r in every if (version := r.get("claude_version"))})
         try:  # a rescore or resume keeps the date the run was made; its own is `updated`
             before = json.loads(self.run_dir.summary_path.read_text(encoding="utf-8"))
@@ -544,7 +541,7 @@ class Controller:
         if report.when == "call" and "cell" in props:
             # The record's JSON form, as the worker checked it (collect.CellItem), made a record
             # again here once; a worker that sent a broken one is a harness bug, raised as one.
-            self.gathering.add(CellRecord.from_json(props))
+            self.gathering.add(CellRecord.from_json(props, self.gathering.shared))
             if self.progress is not None:
                 self.progress.progress.add(props)
                 self.progress.update()

@@ -73,6 +73,7 @@ class _Absent:
 
 
 ABSENT: Any = _Absent()
+SHARED_MAX = 200  # characters: string values up to this long are kept once (CellRecord.from_json's `shared`)
 
 Scalar = Union[str, int, float, bool, None]  # what a field another plugin adds may hold
 _SCALARS = (str, int, float, bool, type(None))
@@ -82,7 +83,7 @@ class RecordError(ValueError):
     """A value that is not a cell record; the message names the field and why."""
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class CellRecord:
     """One cell's record. Built once where the cell ends (lifecycle.score_cell, or
     controller.never_ran_record for a cell that produced none), passed forward as it is, and
@@ -171,10 +172,13 @@ class CellRecord:
         return data
 
     @classmethod
-    def from_json(cls, data) -> "CellRecord":
+    def from_json(cls, data, shared: dict[str, str] | None = None) -> "CellRecord":
         """The record of a JSON form, or RecordError naming the first field that is wrong:
         an identity field missing, a status this version does not know, a value of the wrong
-        type, another plugin's value that is not a JSON-safe scalar."""
+        type, another plugin's value that is not a JSON-safe scalar. `shared`: one copy of each
+        short string value that repeats across the records made with the same table (task,
+        arm, status, a failure line): 10,000 records held for the summary kept each 10,000
+        times."""
         if not isinstance(data, dict):
             raise RecordError("it is not a JSON object")
         missing = [k for k in IDENTITY if not isinstance(data.get(k), str) or not data.get(k)]
@@ -189,6 +193,8 @@ class CellRecord:
             if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed
                                                   and key in FIELDS):
                 raise RecordError(f"{key}={value!r} is not {' or '.join(t.__name__ for t in allowed)}")
+            if shared is not None and type(value) is str and len(value) <= SHARED_MAX:
+                value = shared.setdefault(value, value)
             if key in FIELDS:
                 known[key] = value
             elif isinstance(key, str) and key != "extra":
