@@ -70,7 +70,9 @@ from pathlib import Path
 from pytest_ponybench.run.controller import Gathering
 from pytest_ponybench.store.rundir import RunDir
 run_dir = RunDir(Path({run_dir!r}))
-session = Gathering(run_dir)  # reads the records back from results.jsonl when they are needed
+# An earlier session's records, read through CellRecord.from_json and held as a rescore holds them
+# (a session never reads its own back: it holds what it was handed).
+session = Gathering(run_dir, mode="rescore")
 every = session.all_records()
 '''
 FINISH = 'session.finish({"haiku": "claude-haiku-4-5"}, "bench", rehearsal=True, reference="baseline", plots=False)\n'

@@ -431,24 +431,30 @@ def peak(bench: Bench, args) -> None:
               + (f"  EXIT {f['code']}" if f["code"] not in (0, 1) else ""), flush=True)
 
 
-# A session's end (controller.Gathering.finish) replayed on N sealed records cloned from a
-# kept run, in a process of its own: its peak memory above what reading nothing costs.
+# A session's end (controller.Gathering.finish) replayed on N records cloned from a kept run,
+# handed to the session as a run's cells hand them, in a process of its own: its peak memory
+# above what gathering them cost (a checkout from before CellRecord gathered the JSON form, kept
+# only the names and read the records back at the end).
 END_PHASE = """
 import json, resource, sys
 from pathlib import Path
 from pytest_ponybench.run import controller
-from pytest_ponybench.store.rundir import RunDir, seal_result
+from pytest_ponybench.store.rundir import RunDir
+try:
+    from pytest_ponybench.store.record import CellRecord
+except ImportError:
+    CellRecord = None
 source, cells, scratch = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 run = RunDir.create(scratch)
+gathering = controller.Gathering(run)
 lines = (source / "results.jsonl").read_text(encoding="utf-8").splitlines()
-with open(run.results_path, "w", encoding="utf-8") as out:
-    for i in range(cells):
-        record = {k: v for k, v in json.loads(lines[i % len(lines)]).items() if k != "mac"}
-        record.update(cell=f"{record['task']}__{record['arm']}__{record['model']}__{i}", run=i)
-        out.write(json.dumps(seal_result(record, run.key), sort_keys=True) + "\\n")
+for i in range(cells):
+    record = {k: v for k, v in json.loads(lines[i % len(lines)]).items() if k != "mac"}
+    record.update(cell=f"{record['task']}__{record['arm']}__{record['model']}__{i}", run=i)
+    gathering.add(CellRecord.from_json(record, gathering.shared) if CellRecord else record)
 del lines
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-controller.Gathering(run).finish({}, "bench", True, "baseline", plots=False)
+gathering.finish({}, "bench", True, "baseline", plots=False)
 print(json.dumps({"before_mb": before / 1024,
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """

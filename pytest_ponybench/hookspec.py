@@ -5,9 +5,11 @@ import pytest
 
 def pytest_ponybench_cell_record(cell, record):
     """Called on the worker after a cell is scored, before its record becomes the item's
-    user properties. Add or change keys in ``record`` in place; values must stay JSON-safe
-    scalars (str, int, float, bool, None), since they travel to the xdist controller and
-    into --junitxml."""
+    user properties. ``record`` is the record's JSON form (``CellRecord.to_json()``): add or
+    change keys in place; values must stay JSON-safe scalars (str, int, float, bool, None),
+    and the harness's fields keep their types (``RECORD_FIELDS``), since they travel to the
+    xdist controller and into --junitxml. A record this leaves broken fails its cell in one
+    sentence naming the field, and the harness's own record is kept."""
 
 
 def pytest_ponybench_rehearsal_script(cell, script, workspace):

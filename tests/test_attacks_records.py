@@ -17,6 +17,7 @@ import pytest
 
 from pytest_ponybench.cell import lifecycle as cell, workspace
 from pytest_ponybench.run import controller
+from pytest_ponybench.store.record import CellRecord
 from pytest_ponybench.store.rundir import RunDir
 from pytest_ponybench.specs.spec import ArmSpec, TaskSpec
 from support.records import record_path
@@ -114,17 +115,24 @@ def test_garbage_and_an_empty_object_in_results_jsonl_are_skipped_with_one_warni
     run_dir = RunDir.create(tmp_path / "runs")
     gathering = controller.Gathering(run_dir)
     first, second = records_for(2)
-    gathering.add(first)
+    gathering.add(CellRecord.from_json(first))
     with open(run_dir.results_path, "a") as fh:  # the agent's Write of `{}`, and some garbage, no newline
         fh.write("{}\nnot json\n{}")
-    gathering.add(second)
+    gathering.add(CellRecord.from_json(second))
+    reader = RunDir(run_dir.path, run_dir.key)  # a later reader of the file as it is now
+    assert [r["cell"] for r in reader.read_results()] == [first["cell"], second["cell"]]
+    lines = reader.refused_lines
+    assert [line.split(" line ")[1].split(" ")[0] for line in lines] == ["2", "3", "4"], lines
     every = gathering.all_records()
     assert sorted(r["cell"] for r in every) == [first["cell"], second["cell"]]
     gathering.finish({"haiku": MODEL_ID}, "2.1.328", rehearsal=True, reference="baseline", plots=False)
     assert json.loads(run_dir.summary_path.read_text())["cells"] == 2
+    # The session made its outputs from the records it holds; the changed file is said once
+    # and written again whole, so no later reader meets the garbage.
     refused = run_dir.refused_lines
-    assert [line.split(" line ")[1].split(" ")[0] for line in refused] == ["2", "3", "4"], refused
-    assert all(str(run_dir.results_path) in line for line in refused)
+    assert len(refused) == 1 and str(run_dir.results_path) in refused[0] and "changed by something" in refused[0]
+    assert [r["cell"] for r in run_dir.read_results()] == [first["cell"], second["cell"]]
+    assert run_dir.refused_lines == refused
 
 
 def test_a_forged_line_in_results_jsonl_and_an_overwritten_file_lose_no_finished_record(tmp_path):
@@ -136,7 +144,7 @@ def test_a_forged_line_in_results_jsonl_and_an_overwritten_file_lose_no_finished
         ws = run_dir.cell_dir(record["cell"])
         ws.mkdir()
         write_record(ws, "result", record, run_dir.key)  # what the cell kept beside its workspace
-        gathering.add(record)
+        gathering.add(CellRecord.from_json(record))
     forged = {**records_for(3)[2], "cell": "add__baseline__haiku__0", "passed": False, "correct": 0}
     with open(run_dir.results_path, "a") as fh:
         fh.write(json.dumps(forged) + "\n")  # another cell's agent fails cell 0

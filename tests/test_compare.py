@@ -59,8 +59,12 @@ def test_load_records_reads_lines_and_keeps_the_last_record_of_a_cell(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (None, "results.jsonl: missing"),
-    ('{"task": "t1"}\n{"task": \n', "results.jsonl:2: not valid JSON"),
-    ('[1, 2]\n', "results.jsonl:1: not a JSON object"),
+    ('{"cell": "c", "task": "t1", "arm": "a", "model": "m", "status": "finished"}\n{"task": \n',
+     "results.jsonl:2: not valid JSON"),
+    ('[1, 2]\n', "results.jsonl:1: not a cell record: it is not a JSON object"),
+    ('{"task": "t1"}\n', "results.jsonl:1: not a cell record: it has no cell, arm, model, status"),
+    ('{"cell": "c", "task": "t1", "arm": "a", "model": "m", "status": "finished", "correct": "yes"}\n',
+     "results.jsonl:1: not a cell record: correct='yes' is not int or NoneType"),
     ("\n\n", "results.jsonl: no records"),
     (b"\xff\xfe{", "results.jsonl: cannot read"),
 ])

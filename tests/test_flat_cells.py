@@ -64,7 +64,7 @@ def entries_read_by_one_cell(tmp_path, monkeypatch, others: int) -> int:
     counter = entry_counter()
     monkeypatch.setattr(os, "scandir", counter.scandir)
     monkeypatch.setattr(os, "listdir", counter.listdir)
-    record = cell.run_cell(cell.Cell(task, arm, "haiku", "claude-haiku-4-5-20251001", 1), ctx)
+    record = cell.run_cell(cell.Cell(task, arm, "haiku", "claude-haiku-4-5-20251001", 1), ctx).to_json()
     monkeypatch.undo()
     assert record["passed"], record["failure"]
     return counter.entries

@@ -125,7 +125,8 @@ def test_activity_counts_tools_skills_reads_and_writes_exactly(tmp_path):
     assert got["skills_used"] == "tidy:small"
     assert (got["files_read"], got["files_written"], got["edits"]) == (1, 2, 2)
     assert transcripts.parse_counts(got["tool_calls"]) == {"Edit": 1, "Read": 3, "Skill": 2, "Task": 1, "Write": 1}
-    assert records.problems({"status": "finished", **got}) == []
+    identity = {"cell": "t__a__haiku__0", "task": "t", "arm": "a", "model": "haiku", "status": "finished"}
+    assert records.CellRecord.from_json({**identity, **got}).to_json() == {**identity, **got}
 
 
 def test_activity_lines_say_how_often_each_skill_fired(tmp_path):

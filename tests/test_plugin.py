@@ -409,6 +409,23 @@ def test_garbage_output_is_bad_output_and_the_run_goes_on(project, pytester):
         assert "not stream-json" in record["error"] and "this is not json" in record["error"]
 
 
+def test_a_cell_record_hook_that_breaks_the_record_fails_its_cell_naming_the_field(project, pytester):
+    # A value that cannot travel to the xdist controller (a Path) used to end the run in an
+    # INTERNALERROR; checked on the worker by CellRecord.from_json, it fails that cell in one
+    # sentence and the harness's own record is kept.
+    root = project(write=pp.GOOD_WRITES)
+    (root / "conftest.py").write_text((root / "conftest.py").read_text() + (
+        "from pathlib import Path\n\n\ndef pytest_ponybench_cell_record(cell, record):\n"
+        "    record['mine'] = 'kept' if cell.run else Path('/x')\n"))
+    result = pytester.runpytest(*pp.bench_args(root, "--runs=2"))
+    result.assert_outcomes(passed=1, failed=1, deselected=5)
+    result.stdout.fnmatch_lines(["*a pytest_ponybench_cell_record hook left a record that is not one: "
+                                 "mine=PosixPath('/x') is not str or int or float or bool or NoneType*"])
+    records = pp.by_cell(pp.results(pp.only_run_dir(root)))
+    assert records["add__baseline__haiku__1"]["mine"] == "kept"
+    assert "mine" not in records["add__baseline__haiku__0"] and records["add__baseline__haiku__0"]["passed"]
+
+
 def test_a_missing_cli_is_one_usage_error(project, pytester):
     root = project()
     result = pytester.runpytest(*pp.bench_args(root, claude="/nonexistent/claude"))
@@ -528,7 +545,7 @@ def test_a_cell_that_never_ran_properly_scores_zero(tmp_path, status):
     ws.mkdir()
     (ws / "add.py").write_text(pp.GOOD_WRITES["add.py"])  # written before the agent was stopped
     write_record(ws, cell.AGENT_RECORD, {"status": status, "error": "it did not run properly"}, None)
-    record = cell.score_cell(c, ws)
+    record = cell.score_cell(c, ws).to_json()
     assert record["ran"] is False and record["passed"] is False
     # safe: the add task has no safe check, so nothing was measured there, run or not
     assert (record["correct"], record["safe"]) == (0, None)

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_ponybench.reports import primary, summary
 from pytest_ponybench.run.controller import Gathering
+from pytest_ponybench.store.record import CellRecord
 from pytest_ponybench.store.rundir import RunDir
 
 TASKS = {"upload_path": 12, "memo_rates": 30, "shell_quote": 9}  # task: the good reference's LOC
@@ -43,7 +44,7 @@ def finish(tmp_path, records) -> tuple[dict, list[str]]:
     run = RunDir.create(tmp_path / "runs")
     gathering = Gathering(run)
     for r in records:
-        gathering.add(r)
+        gathering.add(CellRecord.from_json(r))
     gathering.finish({"haiku": "claude-haiku-4-5-20251001"}, "2.1.328", rehearsal=True, reference="baseline")
     data = json.loads(run.summary_path.read_text())
     lines = summary.terminal_lines(gathering.all_records(), "baseline", gathering.primary)

@@ -99,17 +99,17 @@ WRITING_TASK = {
 def test_checks_run_in_disposable_copies_one_per_axis(tmp_path):
     c, ws = scored(tmp_path, WRITING_TASK, {"mod.py": "def f():\n    return 1\n"})
     before = tree_digest(ws)
-    first = cell.score_cell(c, ws)
+    first = cell.score_cell(c, ws).to_json()
     assert (first["correct"], first["safe"]) == (1, 1), first
     assert tree_digest(ws) == before, "scoring wrote into the kept workspace"
-    assert cell.score_cell(c, ws) == first
+    assert cell.score_cell(c, ws).to_json() == first
     assert first["total_loc"] == 2 and first["src_files"] == 1  # the check's leftovers never count
 
 
 def test_a_rescore_never_rewrites_the_cells_result(tmp_path):
     c, ws = scored(tmp_path, WRITING_TASK, {"mod.py": "def f():\n    return 1\n"})
-    record = cell.finish(c, ws)  # the one write, when the cell finishes
+    record = cell.finish(c, ws).to_json()  # the one write, when the cell finishes
     result = record_path(ws, workspace.RESULT).read_bytes()
     (ws / "mod.py").write_text("def f():\n    return 2\n")  # as if a scorer fix changed a verdict
-    assert cell.score_cell(c, ws)["correct"] == 0 and record["correct"] == 1
+    assert cell.score_cell(c, ws).to_json()["correct"] == 0 and record["correct"] == 1
     assert record_path(ws, workspace.RESULT).read_bytes() == result

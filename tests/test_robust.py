@@ -36,7 +36,7 @@ def scored(tmp_path: Path, task, code: str) -> dict:
     ws.mkdir(parents=True, exist_ok=True)
     (ws / "add.py").write_text(code)
     write_record(ws, cell.AGENT_RECORD, {"status": "finished", "error": ""}, None)
-    return cell.score_cell(c, ws)
+    return cell.score_cell(c, ws).to_json()
 
 
 def test_a_robust_failure_is_recorded_with_its_reason_and_the_cell_still_passes(tmp_path):
@@ -81,9 +81,9 @@ def test_a_rescore_of_a_cell_judged_before_robust_shows_robust_from_the_current_
     workspace.seed(old_task, ws, key=key)
     workspace.write_files(ws, {"add.py": CAREFUL_NOT})
     write_record(ws, cell.AGENT_RECORD, {"status": "finished", "error": ""}, key)
-    old = cell.finish(c, ws, key)  # its verdicts kept under the old checks
+    old = cell.finish(c, ws, key).to_json()  # its verdicts kept under the old checks
     assert old["robust"] is None and old["passed"] is True
-    rescored = cell.score_cell(cell.Cell(task_of(tmp_path), c.arm, c.model, c.model_id, c.run), ws, key)
+    rescored = cell.score_cell(cell.Cell(task_of(tmp_path), c.arm, c.model, c.model_id, c.run), ws, key).to_json()
     assert (rescored["correct"], rescored["robust"], rescored["passed"]) == (1, 0, True), rescored
 
 

@@ -62,26 +62,26 @@ def another_hypothesis(monkeypatch) -> None:
 
 def test_an_unchanged_cell_is_not_judged_again(tmp_path, judging):
     c, ws = make_cell(tmp_path)
-    first = cell.finish(c, ws, KEY)
+    first = cell.finish(c, ws, KEY).to_json()
     assert first["correct"] == 1 and len(judging) == 1 and first["verdict_key"]
-    again = cell.score_cell(c, ws, KEY)
+    again = cell.score_cell(c, ws, KEY).to_json()
     assert len(judging) == 1, "an unchanged cell was judged again"
     assert again == first
 
 
 def test_a_changed_workspace_file_is_judged_again(tmp_path, judging):
     c, ws = make_cell(tmp_path)
-    first = cell.finish(c, ws, KEY)
+    first = cell.finish(c, ws, KEY).to_json()
     (ws / "mod.py").write_text("def f():\n    return 2\n")
-    again = cell.score_cell(c, ws, KEY)
+    again = cell.score_cell(c, ws, KEY).to_json()
     assert len(judging) == 2 and again["correct"] == 0 and again["verdict_key"] != first["verdict_key"]
 
 
 def test_a_changed_check_is_judged_again(tmp_path, judging):
     c, ws = make_cell(tmp_path)
-    assert cell.finish(c, ws, KEY)["correct"] == 1
+    assert cell.finish(c, ws, KEY).to_json()["correct"] == 1
     stricter = {**TASK, "checks": {"correct": "assert load(FILE).f() == 2, 'f() is not 2'\n"}}
-    again = cell.score_cell(retask(c, tmp_path, stricter), ws, KEY)
+    again = cell.score_cell(retask(c, tmp_path, stricter), ws, KEY).to_json()
     assert len(judging) == 2 and again["correct"] == 0
 
 
@@ -102,9 +102,9 @@ def test_a_changed_harness_is_judged_again(tmp_path, judging, monkeypatch):
 
 def test_another_hypothesis_version_is_judged_again(tmp_path, judging, monkeypatch):
     c, ws = make_cell(tmp_path)
-    first = cell.finish(c, ws, KEY)
+    first = cell.finish(c, ws, KEY).to_json()
     another_hypothesis(monkeypatch)
-    again = cell.score_cell(c, ws, KEY)
+    again = cell.score_cell(c, ws, KEY).to_json()
     assert len(judging) == 2 and again["verdict_key"] != first["verdict_key"]
     cell.score_cell(c, ws, KEY)
     assert len(judging) == 2, "the verdicts judged under the new version were not kept"
@@ -112,21 +112,21 @@ def test_another_hypothesis_version_is_judged_again(tmp_path, judging, monkeypat
 
 def test_verdicts_kept_without_the_run_s_key_are_not_reused(tmp_path, judging):
     c, ws = make_cell(tmp_path)
-    first = cell.finish(c, ws, KEY)
+    first = cell.finish(c, ws, KEY).to_json()
     forged = {"key": first["verdict_key"], "verdicts": {"correct": {"ok": True, "reason": "ok"}}}
     (ws / "mod.py").write_text("def f():\n    return 2\n")
     write_record(ws, cell.VERDICTS, {**forged, "key": cell.verdict_key(c.task, ws)}, None)  # unsealed
-    assert cell.score_cell(c, ws, KEY)["correct"] == 0 and len(judging) == 2
+    assert cell.score_cell(c, ws, KEY).to_json()["correct"] == 0 and len(judging) == 2
 
 
 def test_a_resume_judges_a_kept_cell_again_only_when_its_key_changed(tmp_path, judging, monkeypatch):
     c, ws = make_cell(tmp_path)
     run_dir = RunDir(tmp_path / "run", KEY)
     cell.finish(c, ws, KEY)
-    kept = cell.kept_result(c, run_dir)
+    kept = cell.kept_result(c, run_dir).to_json()
     assert kept["reused"] and len(judging) == 1
     another_hypothesis(monkeypatch)
-    kept = cell.kept_result(c, run_dir)
+    kept = cell.kept_result(c, run_dir).to_json()
     assert kept["reused"] and len(judging) == 2, "a resume reused verdicts judged under another Hypothesis"
     cell.kept_result(c, run_dir)
     assert len(judging) == 2, "the result judged again was not kept"
@@ -137,7 +137,7 @@ def test_a_verdict_of_a_check_that_timed_out_is_not_kept(tmp_path, judging):
     such a cell again rather than keep what the load decided."""
     slow = {**TASK, "check_timeout": 1, "checks": {"correct": "while True:\n    pass\n"}}
     c, ws = make_cell(tmp_path, slow)
-    first = cell.finish(c, ws, KEY)
+    first = cell.finish(c, ws, KEY).to_json()
     assert first["correct"] == 0 and "timed out" in first["correct_reason"]
     cell.score_cell(c, ws, KEY)
     assert len(judging) == 2, "a verdict the check's time limit decided was reused"

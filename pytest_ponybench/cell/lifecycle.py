@@ -16,12 +16,13 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pytest_ponybench.cell import agent, confine as confinement, transcript as transcripts, workspace
 from pytest_ponybench.scoring import checks, fingerprint, metrics
 from pytest_ponybench.store import record as records
+from pytest_ponybench.store.record import CellRecord, RecordError
 from pytest_ponybench.store.rundir import (CELL_IDENTITY, RunDir, move_cell, read_record, valid_cost,
                                            write_record)
 from pytest_ponybench.specs.spec import ArmSpec, SpecError, TaskSpec, resolve_plugin_dir
@@ -97,7 +98,7 @@ def identity(cell: Cell) -> dict:
             "model": cell.model, "model_id": cell.model_id, "run": cell.run, "kind": cell.task.kind}
 
 
-def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
+def kept_result(cell: Cell, run_dir: RunDir) -> CellRecord | None:
     """Resume: the finished record of this cell in a kept run, or None when it must run.
 
     A workspace without a result was in flight when the run died: it reruns from a fresh seed.
@@ -107,38 +108,42 @@ def kept_result(cell: Cell, run_dir: RunDir) -> dict | None:
     record = finished_record(ws, run_dir)
     if record is None:
         return None
-    if record.get("spec_hash") != cell.spec_hash:
-        set_aside(ws, record)
+    if record.spec_hash != cell.spec_hash:
+        set_aside(ws, record.spec_hash)
         return None
-    if record.get("ran") and record.get("verdict_key") != verdict_key(cell.task, ws):
+    if record.ran and record.verdict_key != verdict_key(cell.task, ws):
         # Judged under another harness or library version (or its workspace changed since):
         # its verdicts are judged again, the agent is not run again.
         record = finish(cell, ws, run_dir.key)
-    return {**record, "reused": True}
+    return replace(record, reused=True)
 
 
-def sealed_result(ws: Path, run_dir: RunDir) -> dict | None:
+def sealed_result(ws: Path, run_dir: RunDir) -> CellRecord | None:
     """The result kept beside the cell folder `ws` that the run's key verifies, whatever its
     status (an infra error's, a budget cut's too), or None. What results.jsonl is written
     again from when an agent overwrote it (controller.Gathering.recovered)."""
     if not ws.is_dir() or ws.is_symlink() or result_problem(ws, run_dir) is not None:
         return None
-    return _read(ws, RESULT, run_dir.key) or None
+    data = _read(ws, RESULT, run_dir.key)
+    try:
+        return CellRecord.from_json(data) if data else None
+    except RecordError:  # sealed by a harness whose records had other fields: none to reuse
+        return None
 
 
-def finished_record(ws: Path, run_dir: RunDir, move: bool = True) -> dict | None:
+def finished_record(ws: Path, run_dir: RunDir, move: bool = True) -> CellRecord | None:
     """The result kept for a cell that finished (whatever its spec), or None. Only a result
     the run's key verifies counts: anything else (an agent's forgery, a result of another
     cell copied in, a run whose key is gone) is ignored and the cell runs again;
     `refused_lines` is what the controller says about each such cell, once, before any runs."""
-    record = sealed_result(ws, run_dir) or {}
-    if record.get("status") in records.INFRA | records.CUT:
+    record = sealed_result(ws, run_dir)
+    if record is not None and record.status in records.INFRA | records.CUT:
         # The API failed it, or the run's budget cut it: run it again, keeping the failed
         # (paid) workspace as an attempt.
         if move:
             move_cell(ws, next_attempt_dir(ws))
         return None
-    if not record or record.get("status") in (records.NOT_RUN, records.INTERRUPTED):
+    if record is None or record.status in (records.NOT_RUN, records.INTERRUPTED):
         return None
     return record
 
@@ -194,9 +199,10 @@ def rescore_survey(run_dir: RunDir) -> list[KeptCell]:
     return found
 
 
-def set_aside(ws: Path, record: dict) -> None:
-    """Keep a workspace of another spec beside the run (it was paid for) instead of reusing it."""
-    move_cell(ws, ws.with_name(f"{ws.name}.stale-{record.get('spec_hash') or 'unknown'}"))
+def set_aside(ws: Path, spec_hash: str) -> None:
+    """Keep a workspace of another spec (`spec_hash`, its record's) beside the run (it was
+    paid for) instead of reusing it."""
+    move_cell(ws, ws.with_name(f"{ws.name}.stale-{spec_hash or 'unknown'}"))
 
 
 def next_attempt_dir(ws: Path) -> Path:
@@ -213,7 +219,7 @@ def retry_wait(ctx: CellContext, attempt: int) -> float:
     return ctx.retry_wait * 2 ** (attempt - 1)
 
 
-def run_cell(cell: Cell, ctx: CellContext) -> dict:
+def run_cell(cell: Cell, ctx: CellContext) -> CellRecord:
     """Run one cell and return its record (see docs/architecture.md).
 
     A cell the model API failed (`infra_error`) runs again from a fresh seed, up to
@@ -321,15 +327,15 @@ def budget_cut_error(ctx: CellContext) -> str:
             f"left of --ponybench-max-cost ${ctx.max_cost:g}; a resume runs it again")
 
 
-def finish(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
+def finish(cell: Cell, ws: Path, key: bytes | None = None) -> CellRecord:
     """Score the workspace the agent just left and write the cell's result beside it: the one
     write after the agent, and the mark a resume reads as "finished"."""
     record = score_cell(cell, ws, key)
-    write_record(ws, RESULT, record, key)
+    write_record(ws, RESULT, record.to_json(), key)
     return record
 
 
-def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
+def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> CellRecord:
     """Score a kept workspace: metrics, checks and usage. No agent call, and no write under
     the workspace: the same workspace always gives the same record. With the run's key only
     records it verifies are read (`rescore_problem` refuses a cell whose records do not), and
@@ -340,7 +346,8 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
     transcript = transcripts.read_transcript(ws / workspace.TRANSCRIPT)
     answer = (transcript.result or {}).get("result") or transcript.last_text
     task = cell.task
-    record = {**identity(cell), "status": status, "ran": status == records.FINISHED,
+    # Its fields as they are found; a CellRecord once they are all there.
+    fields = {**identity(cell), "status": status, "ran": status == records.FINISHED,
               "error": error, "rehearsal": bool(ran.get("rehearsal")), "reused": False,
               # Paths the agent wrote beside its workspace (none can, when confined).
               "escaped": ",".join(ran.get("escaped") or []), "workspace": str(ws.resolve()),
@@ -349,33 +356,32 @@ def score_cell(cell: Cell, ws: Path, key: bytes | None = None) -> dict:
               # What the agent left that no program can copy (too deep, a pipe, a socket, a
               # link leading out): removed before scoring, named here; scored without it.
               "skipped_files": str(ran.get("skipped_files") or "")}
-    record.update(transcripts.usage_metrics(transcript))
-    record.update(transcripts.activity(transcript))
+    fields.update(transcripts.usage_metrics(transcript))
+    fields.update(transcripts.activity(transcript))
     if status == records.NOT_RUN:
-        record.update(metrics.EMPTY)
+        fields.update(metrics.EMPTY)
     else:
-        record.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws, key),
+        fields.update(metrics.cell_stats(ws, task.kind, workspace.fixture_manifest(ws, key),
                                          workspace.seed_manifest(ws, task.seed, key), answer))
-    if record["ran"]:
-        verdicts, record["verdict_key"] = judged(task, ws, key)
+    if fields["ran"]:
+        verdicts, fields["verdict_key"] = judged(task, ws, key)
     else:
         # What an agent left behind when it never ran properly does not count as its answer.
         verdicts = {axis: checks.Verdict(False, f"not counted: the agent never ran properly ({status})")
                     for axis in measured_axes(task)}
     broken = [v for v in verdicts.values() if v.instrument]
     if broken:  # the harness's instrument failed, not the agent: left out of the rates, named
-        record.update(status=records.INSTRUMENT_ERROR, error=f"instrument error: {broken[0].reason}")
+        fields.update(status=records.INSTRUMENT_ERROR, error=f"instrument error: {broken[0].reason}")
     for axis in records.AXES:
         if axis in verdicts:
-            record[axis], record[f"{axis}_reason"] = int(verdicts[axis].ok), verdicts[axis].reason
+            fields[axis], fields[f"{axis}_reason"] = int(verdicts[axis].ok), verdicts[axis].reason
         else:
             # No check on this axis: nothing was measured, so the value is None (left out of
             # the axis's rate, '-' in every table), never a pass. Delivery has its own rate.
-            record[axis], record[f"{axis}_reason"] = None, records.not_measured_reason(axis)
-    failure = failure_line(record)
-    record["passed"] = failure is None
-    record["failure"] = failure or ""
-    return record
+            fields[axis], fields[f"{axis}_reason"] = None, records.not_measured_reason(axis)
+    scored = CellRecord.from_json(fields)  # the one check of its shape: a wrong type stops here, named
+    failure = failure_line(scored)
+    return replace(scored, passed=failure is None, failure=failure or "")
 
 
 def _whole(value, default: int) -> int:
@@ -446,20 +452,20 @@ def reference_workspace(task: TaskSpec) -> Path | None:
     return _references[key]
 
 
-def failure_line(record: dict) -> str | None:
+def failure_line(record: CellRecord) -> str | None:
     """None when the cell passes; else one line saying which gate failed and why."""
-    if record["status"] == records.INSTRUMENT_ERROR:
-        return record["error"]
-    if not record["ran"]:
-        return f"agent never ran properly ({record['status']}): {record['error']}"
-    if record.get("escaped"):
-        return f"the agent wrote outside its workspace: {record['escaped']}"
-    if record["kind"] != "surgical" and not record["delivered"]:
+    if record.status == records.INSTRUMENT_ERROR:
+        return record.error
+    if not record.ran:
+        return f"agent never ran properly ({record.status}): {record.error}"
+    if record.escaped:
+        return f"the agent wrote outside its workspace: {record.escaped}"
+    if record.kind != "surgical" and not record.delivered:
         return "the agent finished but delivered no code"
-    if record["correct"] == 0:  # None: not measured, which fails nothing
-        return f"incorrect: {record['correct_reason']}"
-    if record["safe"] == 0:
-        return f"unsafe: {record['safe_reason']}"
+    if record.correct == 0:  # None: not measured, which fails nothing
+        return f"incorrect: {record.correct_reason}"
+    if record.safe == 0:
+        return f"unsafe: {record.safe_reason}"
     return None
 
 

@@ -31,6 +31,7 @@ from pytest_ponybench.run.controller import BUDGET_REACHED, never_ran_record
 from pytest_ponybench.run.options import QUALITY
 from pytest_ponybench.specs.spec import ArmSpec, SpecError, TaskSpec, load_task
 from pytest_ponybench.store import record as records
+from pytest_ponybench.store.record import CellRecord, RecordError
 from pytest_ponybench.store.rundir import disk_full, disk_full_sentence, usd
 
 
@@ -259,27 +260,42 @@ class CellItem(_PlainFailure, pytest.Item):
                 # The run directory's disk is full: every later cell would fail the same way.
                 # One sentence, the run stops; what is finished and spent is kept.
                 sentence = disk_full_sentence(state.run_dir.path, exc)
-                self.user_properties.extend(never_ran_record(self.identity, sentence).items())
+                self.user_properties.extend(never_ran_record(self.identity, sentence).to_json().items())
                 self.session.shouldstop = sentence
                 raise CellFailed(sentence) from None
             # A pytest-timeout, a Ctrl-C or a harness bug: the agent's tree is already dead
             # (procs' finally); keep a record that says this cell never finished.
             self.user_properties.extend(
-                never_ran_record(self.identity, f"interrupted: {type(exc).__name__}: {exc}").items())
+                never_ran_record(self.identity, f"interrupted: {type(exc).__name__}: {exc}").to_json().items())
             raise
-        self.config.hook.pytest_ponybench_cell_record(cell=self.cell, record=record)
-        self.user_properties.extend(record.items())
-        fatal = transcripts.auth_failure(record)
+        # Other plugins add or change fields of the JSON form; from here on only it travels.
+        data = self.with_plugin_fields(record.to_json())
+        self.user_properties.extend(data.items())
+        fatal = transcripts.auth_failure(data)
         if fatal:  # every later cell would fail the same way: stop before the next one
             self.session.shouldstop = fatal
-        if records.skipped_apart(record):
+        if records.skipped_apart(data):
             # The model API failed, the run's budget cut the cell or an instrument failed, not
             # the agent: neither a pass nor a failure of the arm.
-            pytest.skip(f"{records.status_of(record)}: {record['error']}")
-        if not record["passed"]:
-            raise CellFailed(record["failure"])
+            pytest.skip(f"{records.status_of(data)}: {data['error']}")
+        if not data["passed"]:
+            raise CellFailed(data["failure"])
 
-    def produce_record(self, state) -> dict:
+    def with_plugin_fields(self, record: dict) -> dict:
+        """`record` after every `pytest_ponybench_cell_record`, checked here, on the worker, as
+        the controller reads it (`CellRecord.from_json`): a value that cannot travel or a field
+        of the wrong type fails this cell in one sentence naming the field, and the harness's
+        own record is kept, instead of an INTERNALERROR that loses the run's results."""
+        changed = dict(record)
+        self.config.hook.pytest_ponybench_cell_record(cell=self.cell, record=changed)
+        try:
+            CellRecord.from_json(changed)
+        except RecordError as exc:
+            self.user_properties.extend(record.items())
+            raise CellFailed(f"a pytest_ponybench_cell_record hook left a record that is not one: {exc}") from None
+        return changed
+
+    def produce_record(self, state) -> CellRecord:
         """Rescore, reuse or run this cell: its record. Runs in a pool thread with
         --ponybench-at-once above 1."""
         if self.rescore_workspace is not None:

@@ -13,6 +13,7 @@ reach into the other's state.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import re
 import signal
@@ -27,6 +28,7 @@ from pytest_ponybench.reports import summary, tables
 from pytest_ponybench.run import fleet, pool, progress
 from pytest_ponybench.specs import library
 from pytest_ponybench.store import record as records
+from pytest_ponybench.store.record import CellRecord
 from pytest_ponybench.store.rundir import (KEY_INPUT, LEDGER_ROOM, RESULTS_ROOM, NotARunDir, RunDir,
                                            append_line, cost_history, disk_full, disk_full_sentence,
                                            make_room, max_pause, seal_result, usd, write_atomic)
@@ -40,21 +42,26 @@ BUDGET_REACHED = "budget reached"
 
 
 class Gathering:
-    """The records of this session, appended to the run's results file as they arrive.
+    """The records of this session, held as they arrive and appended to the run's results file.
 
     A resume or rescore writes beside the old results (`results.jsonl.resume`/`.rescore`) and
     merges at the end: interrupted, it loses nothing, and every workspace keeps its own result
     anyway. `mode` is "run", "resume" or "rescore".
 
-    Only the cells' names stay in memory while cells run: the records are read back from the
-    results file when the summary and the reports need them, so the controller does not grow
-    with the run."""
+    What this session reported is never read back from a file: the summary and the reports are
+    made from the records held here (the reports hold every record at the end anyway). Only
+    what an earlier session left (a resume's or rescore's other cells) is read, through
+    `CellRecord.from_json`."""
 
     def __init__(self, run_dir: RunDir, mode: str = "run"):
         self.run_dir = run_dir
         self.mode = mode
+        # This session's records by cell, in the order cells first reported; a cell reported
+        # again (a crashed worker's cell, then its record) keeps its place and its last record.
+        # Made into their JSON forms once, at the end (`final`), and let go then.
+        self.records: dict[str, CellRecord] = {}
         self.cells: set[str] = set()  # the cells this session reported
-        self.merged = False  # a resume's or rescore's results are merged into results.jsonl
+        self.shared: dict[str, str] = {}  # one copy of each short value that repeats (CellRecord.from_json)
         self.budget_skipped = 0
         self.reused = 0  # cells of this session reported from an earlier one's results
         self.results_path = run_dir.results_path if mode == "run" else \
@@ -62,85 +69,95 @@ class Gathering:
         if self.results_path.exists() and mode != "run":
             self.results_path.unlink()
         self.started = datetime.datetime.now().isoformat(timespec="seconds")
-        # A full disk: records that could not be appended stay here (and in JUnit), and the
+        # A full disk: records that could not be appended stay held (and in JUnit), and the
         # one sentence that says so; every line kept room for beforehand still lands.
-        self.unsaved: list[dict] = []
+        self.lines_lost = 0
         self.disk_problem = ""
-        # results.jsonl lost a line of this session or holds lines that are no record: the
-        # end of the session writes it again from what it knows (`finish`).
-        self.repaired = False
-        self.remembered: dict[str, dict] = {}  # records of cells that never ran (few), by cell
+        # What this session appended to its results file: at the end the file is compared with
+        # it, and written again from the records held when someone changed it meanwhile.
+        self.appended = hashlib.sha256()
+        self.final: list[dict] | None = None  # every record of the run, once `finish` merged them
         self.primary: list | None = None  # the answer per arm (primary.PrimaryAnswer), once finished
         if mode != "rescore":  # room beyond the ends of the ledger and the results, before any cell
             make_room(run_dir.spend_path, LEDGER_ROOM)
             make_room(self.results_path, RESULTS_ROOM)
 
-    def add(self, record: dict) -> None:
-        if record.get("reused") and record["cell"] not in self.cells:
+    def add(self, record: CellRecord) -> None:
+        if record.reused and record.cell not in self.cells:
             self.reused += 1  # a resume reported it from its kept result: not run again
-        self.cells.add(record["cell"])
-        if record.get("status") in records.NEVER_RAN:
-            # No sealed result beside its workspace to read it back from (a crashed worker, an
-            # interrupt): kept here too, so a results file someone overwrites cannot lose it.
-            self.remembered[record["cell"]] = dict(record)
+        self.cells.add(record.cell)
+        self.records[record.cell] = record
         # Sealed with the run's key: a line an agent appends or rewrites does not verify.
-        line = json.dumps(seal_result(record, self.run_dir.key), sort_keys=True) + "\n"
+        line = json.dumps(seal_result(record.to_json(), self.run_dir.key), sort_keys=True) + "\n"
         # A Ctrl-C or SIGTERM waits until the line is whole: a torn line would swallow the next.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             append_line(self.results_path, line, room=RESULTS_ROOM)
+            self.appended.update(line.encode())
         except OSError as exc:
             if not disk_full(exc):
                 raise
-            self.unsaved.append(dict(record))
+            self.lines_lost += 1
             self.disk_problem = self.disk_problem or disk_full_sentence(self.run_dir.path, exc)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def all_records(self) -> list[dict]:
-        """This session's records, plus earlier ones of cells it did not report (a resume or
-        rescore narrowed with -k keeps the rest of the run). A line that is no record or does
-        not verify is skipped (`run_dir.refused_lines` says which); a cell of this session whose
-        line is gone (results.jsonl overwritten) is read back from its sealed result."""
-        if self.mode == "run" or self.merged:
-            every = self.run_dir.read_results()
-        else:
-            mine = self.run_dir.read_results(self.results_path)
-            every = [r for r in self.run_dir.read_results() if r.get("cell") not in self.cells] + mine
-        if self.mode != "rescore":
-            every = self.recovered(every)
-        if self.unsaved:  # records a full disk kept from the results file
-            kept = {r.get("cell") for r in every}
-            every += [r for r in self.unsaved if r.get("cell") not in kept]
-        return every
+        """Every record of the run in its JSON form: this session's, plus earlier ones of cells
+        it did not report (a resume or rescore narrowed with -k keeps the rest of the run). An
+        earlier line that is no record or does not verify is skipped (`run_dir.refused_lines`
+        says which); a resume's earlier cell whose line is gone (results.jsonl overwritten) is
+        read from its sealed result."""
+        if self.final is not None:
+            return self.final
+        mine = [r.to_json() for r in self.records.values()]
+        if self.mode == "run":
+            return mine
+        earlier = [r for r in self.run_dir.read_results() if r["cell"] not in self.cells]
+        earlier = list({r["cell"]: r for r in earlier}.values())  # the last line of a cell wins
+        if self.mode == "resume":
+            earlier += self.recovered({r["cell"] for r in earlier})
+        return earlier + mine
 
-    def recovered(self, every: list[dict]) -> list[dict]:
-        """`every` without a second record of one cell (the last line wins, as it was the last
-        written), plus the cells that have no line, from their sealed results: this session's,
-        and a resume's earlier ones it did not report (narrowed with -k, or run by another
-        session), whose lines an agent that overwrote results.jsonl took away just the same.
+    def recovered(self, listed: set[str]) -> list[dict]:
+        """The kept cells of a resumed run that neither this session nor a line of results.jsonl
+        names, from their sealed results: earlier ones it did not report (narrowed with -k, or
+        run by another session) whose lines an agent that overwrote results.jsonl took away.
         Any verified result counts, an infra error's or a budget cut's included: it is what
         the cell's line said."""
-        last = {r["cell"]: r for r in every}
-        if len(last) != len(every):
-            every = list(last.values())
-        missing = self.cells - set(last)
-        if self.mode == "resume":
-            missing |= {ws.name for ws in self.run_dir.cell_dirs() if not KEPT_ASIDE.search(ws.name)} - set(last)
-        for cell_id in sorted(missing):
-            record = cells.sealed_result(self.run_dir.cell_dir(cell_id), self.run_dir)
-            if record is None:
-                record = self.remembered.get(cell_id)
+        found = []
+        for ws in self.run_dir.cell_dirs():
+            if ws.name in listed or ws.name in self.cells or KEPT_ASIDE.search(ws.name):
+                continue
+            record = cells.sealed_result(ws, self.run_dir)
             if record is not None:
-                every.append(record)
-                self.repaired = True
-        return every
+                found.append(record.to_json())
+        return found
+
+    def results_changed(self) -> bool:
+        """Whether this session's results file is not what it appended (someone wrote into it,
+        overwrote it, or a full disk kept lines from it). Its bytes are compared, not read as
+        records."""
+        digest = hashlib.sha256()
+        try:
+            with open(self.results_path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+        except OSError:
+            return True
+        return self.lines_lost > 0 or digest.digest() != self.appended.digest()
 
     def finish(self, model_ids: dict[str, str], claude_version: str, rehearsal: bool,
                reference: str, plots: bool = True) -> list:
         """Write summary.json, then the reports. Results are on disk already, line by line."""
-        every = self.all_records()
-        if self.mode != "run" or self.repaired or self.unsaved or self.run_dir.refused_lines:
+        every = self.final = self.all_records()
+        self.records.clear()  # every one is in `final` now, as its JSON form: the reports' peak holds one copy
+        changed = self.results_changed()
+        if changed and self.lines_lost == 0:
+            self.run_dir.refused_lines.append(
+                f"{self.results_path} was changed by something other than the harness during this session; "
+                f"written again from the records the session holds")
+        if self.mode != "run" or changed or self.run_dir.refused_lines:
             # A resume or rescore merges; a run whose results file someone overwrote, filled
             # with garbage, or a full disk kept lines from, gets it whole again: every later
             # rescore, resume and ponybench-compare reads that file.
@@ -148,7 +165,6 @@ class Gathering:
                 json.dumps(seal_result(r, self.run_dir.key), sort_keys=True) + "\n" for r in every))
             if self.results_path != self.run_dir.results_path:  # a resume's or rescore's own file
                 self.results_path.unlink(missing_ok=True)
-            self.merged = True
         versions = sorted({version for r in every if (version := r.get("claude_version"))})
         try:  # a rescore or resume keeps the date the run was made; its own is `updated`
             before = json.loads(self.run_dir.summary_path.read_text(encoding="utf-8"))
@@ -523,7 +539,9 @@ class Controller:
             return
         props = dict(report.user_properties)
         if report.when == "call" and "cell" in props:
-            self.gathering.add(props)
+            # The record's JSON form, as the worker checked it (collect.CellItem), made a record
+            # again here once; a worker that sent a broken one is a harness bug, raised as one.
+            self.gathering.add(CellRecord.from_json(props, self.gathering.shared))
             if self.progress is not None:
                 self.progress.progress.add(props)
                 self.progress.update()
@@ -701,11 +719,11 @@ def identity_from_nodeid(nodeid: str) -> dict | None:
             "kind": "", "spec_hash": ""}
 
 
-def never_ran_record(identity: dict, error: str) -> dict:
+def never_ran_record(identity: dict, error: str) -> CellRecord:
     """The record of a cell that produced none of its own (interrupted, or its worker died)."""
     record = dict(identity)
     record.update(status=records.INTERRUPTED, ran=False, passed=False, error=error,
                   failure=f"agent never ran properly ({records.INTERRUPTED}): {error}")
     record.update({axis: 0 for axis in records.AXES})
     record.update({f"{axis}_reason": "not scored" for axis in records.AXES})
-    return record
+    return CellRecord.from_json(record)

@@ -43,6 +43,7 @@ import pytest
 import yaml
 
 from pytest_ponybench.cell import agent, confine as confinement, lifecycle as cells, workspace
+from pytest_ponybench.store.record import CellRecord
 from pytest_ponybench.store.rundir import (HARNESS_PREFIX, PAUSE_FILE, RunDir, ledger_total, read_jsonl,
                                            read_record, records_dir, write_atomic, write_record)
 
@@ -348,9 +349,10 @@ class WorkerFleet:
         self.lock = threading.Lock()
         self.left_behind = False  # a workspace did not fit home: keep the scratch folder
 
-    def kept_result(self, cell) -> dict | None:
+    def kept_result(self, cell) -> CellRecord | None:
         """Resume: the controller's finished record of this cell, if it holds one of this spec."""
-        return self.unpacked.kept.get(cell.id)
+        kept = self.unpacked.kept.get(cell.id)
+        return CellRecord.from_json(kept) if kept is not None else None
 
     def spent(self) -> float:
         """The run's spend as far as this worker knows: the controller's figure plus this
@@ -426,14 +428,14 @@ class WorkerFleet:
 
 def kept_records(state, tasks: list) -> dict[str, dict]:
     """Resume with remote workers: every cell of the run already finished under its present
-    spec, as the record a worker reports instead of running it. Nothing is moved here: a
-    stale workspace is set aside when its new run comes home."""
+    spec, as the record (its JSON form, which travels) a worker reports instead of running it.
+    Nothing is moved here: a stale workspace is set aside when its new run comes home."""
     kept = {}
     for task in tasks:
         for cell in state.cells_for(task):
             record = cells.finished_record(state.run_dir.cell_dir(cell.id), state.run_dir, move=False)
-            if record is not None and record.get("spec_hash") == cell.spec_hash:
-                kept[cell.id] = {**record, "reused": True}
+            if record is not None and record.spec_hash == cell.spec_hash:
+                kept[cell.id] = dataclasses.replace(record, reused=True).to_json()
     return kept
 
 
@@ -520,8 +522,8 @@ class ControllerFleet:
         if not home.get("tar"):
             return
         earlier = cells.finished_record(ws, run_dir, move=False) if ws.is_dir() else None
-        if earlier is not None and earlier.get("spec_hash") != props.get("spec_hash"):
-            cells.set_aside(ws, earlier)  # a resume ran it again under another spec: keep the paid one
+        if earlier is not None and earlier.spec_hash != props.get("spec_hash"):
+            cells.set_aside(ws, earlier.spec_hash)  # a resume ran it again under another spec: keep the paid one
         elif ws.exists():
             workspace.fresh(ws)  # in flight when the run died: a resume starts it afresh, as here
             ws.rmdir()

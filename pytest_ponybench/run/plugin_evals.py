@@ -365,7 +365,9 @@ class EvalSuites:
         if self.judging and run_dir is not None and not hasattr(session.config, "workerinput"):
             from pytest_ponybench.run.judging import grader_lines
 
-            graded = grader_lines(run_dir.read_results())
+            controller = session.config.pluginmanager.get_plugin("ponybench-controller")
+            gathering = getattr(controller, "gathering", None)  # the run's records, as the controller holds them
+            graded = grader_lines(gathering.all_records() if gathering is not None else [])
             if graded:  # the verdicts of the judged graders, per arm then per cell
                 text += "\n## Judged graders\n\n" + "".join(f"- {line.strip()}\n" for line in graded)
         if hasattr(session.config, "workerinput") or run_dir is None or not text:

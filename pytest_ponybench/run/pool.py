@@ -27,6 +27,7 @@ from typing import Callable
 
 from pytest_ponybench.cell import workspace
 from pytest_ponybench.processes import procs
+from pytest_ponybench.store.record import CellRecord
 from pytest_ponybench.store.rundir import records_dir
 
 
@@ -44,7 +45,7 @@ class CellPool:
         self.indexed: list | None = None
         self.positions: dict[int, int] = {}
 
-    def _job(self, run: Callable[[], dict], workspace_dir) -> dict:
+    def _job(self, run: Callable[[], CellRecord], workspace_dir) -> CellRecord:
         if self.stopping.is_set():
             raise Stopped("the session stopped before this cell started")
         record = run()
@@ -55,14 +56,14 @@ class CellPool:
             raise Stopped("the session stopped while this cell ran")
         return record
 
-    def submit(self, key: str, run: Callable[[], dict], workspace_dir=None) -> None:
+    def submit(self, key: str, run: Callable[[], CellRecord], workspace_dir=None) -> None:
         if key not in self.futures and not self.stopping.is_set():
             self.futures[key] = self.executor.submit(self._job, run, workspace_dir)
 
     def pending(self) -> int:
         return len(self.futures)
 
-    def result(self, key: str, run: Callable[[], dict], workspace_dir=None) -> dict:
+    def result(self, key: str, run: Callable[[], CellRecord], workspace_dir=None) -> CellRecord:
         """This cell's record (its exceptions, a skip included, re-raised here)."""
         self.submit(key, run, workspace_dir)
         return self.futures.pop(key).result()
@@ -110,7 +111,7 @@ def _upcoming(item, pool: CellPool) -> list:
     return items[start:start + 2 * pool.size]
 
 
-def record_for(item, state) -> dict:
+def record_for(item, state) -> CellRecord:
     """`item`'s record, produced in the pool; the cells after it are started meanwhile."""
     from functools import partial
 

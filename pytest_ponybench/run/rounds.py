@@ -183,9 +183,9 @@ class RoundsPlugin:
             return self.found[cell.id]
         run_dir = self.state.run_dir
         record = finished_record(run_dir.cell_dir(cell.id), run_dir, move=False)
-        if record is not None and record.get("spec_hash") == cell.spec_hash:
-            self.found[cell.id] = record
-            return record
+        if record is not None and record.spec_hash == cell.spec_hash:
+            self.found[cell.id] = record.to_json()  # what the comparisons count (record.outcome)
+            return self.found[cell.id]
         return None
 
     def side(self, cell, arm, upto: int) -> dict[int, dict]:
@@ -268,11 +268,11 @@ class RoundsReport:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus):
         run_dir = self.state.run_dir
-        if run_dir is None:
+        controller = self.config.pluginmanager.get_plugin("ponybench-controller")
+        if run_dir is None or getattr(controller, "gathering", None) is None:
             return
-        every = [r for r in run_dir.read_results()]
-        last = {r["cell"]: r for r in every}
-        self.results = decisions(list(last.values()), self.state.settings.reference, self.s.alpha, self.s.margin)
+        every = controller.gathering.all_records()  # the records the controller holds, one per cell
+        self.results = decisions(every, self.state.settings.reference, self.s.alpha, self.s.margin)
         data = {"method": _seq().METHOD, "citation": _seq().CITATION, "alpha": self.s.alpha, "margin": self.s.margin,
                 "max_runs": self.s.max_runs, "cells_not_run": self.skipped,
                 "family": family_note(len(self.results), self.s.alpha),

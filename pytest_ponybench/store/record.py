@@ -1,9 +1,11 @@
 """The cell record, and which cells count: one definition every output reads.
 
-A record is one flat dict of JSON-safe values (str, int, float, bool or None): it travels
-from an xdist worker to the controller as the item's `user_properties`, lands in `--junitxml`
-as `<property>` elements and is one line of `results.jsonl`. Its fields are `FIELDS` below
-(docs/architecture.md explains each).
+A record is a `CellRecord`, built once where its cell ends and passed forward; its JSON form
+(`to_json`), one flat dict of JSON-safe values (str, int, float, bool or None), travels from an
+xdist worker to the controller as the item's `user_properties`, lands in `--junitxml` as
+`<property>` elements and is one line of `results.jsonl`. Whatever is read back becomes a
+record through `CellRecord.from_json`. Its fields are `FIELDS` below, the dataclass's
+(docs/architecture.md, "The result record", explains each and how a record flows).
 
 Statuses fall in five sets, and every output (the terminal table, summary.json, summary.md,
 report.html, ponybench-compare) counts cells through the helpers here, so one run never gives
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Union, get_args, get_type_hints
 
 from pytest_ponybench.specs.spec import AXES, PASS_AXES  # noqa: F401 (records.AXES, records.PASS_AXES)
 
@@ -57,60 +59,163 @@ def not_measured_reason(axis: str) -> str:
     """The reason of an axis the task has no check on: its value is None, not a pass."""
     return f"not measured: the task has no {axis} check"
 
-_num = (int, float, type(None))
-_int = (int, type(None))
-_str = (str,)
-_bool = (bool,)
 
-# Every field of a record and the types its value may have. A record of a cell that never
-# produced its own (interrupted, its worker crashed) has the identity fields and the verdicts.
-FIELDS: dict[str, tuple[type, ...]] = {
-    # identity
-    "cell": _str, "spec_hash": _str, "task": _str, "arm": _str, "model": _str, "model_id": _str,
-    "run": (int,), "kind": _str,
+class _Absent:
+    """A field the record does not have: an interrupted cell's record has no usage, a cell
+    that never ran properly no `verdict_key`. Left out of the JSON form, so a record read back
+    is the record written, key for key; `None` is a value (an axis not measured), not this."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+ABSENT: Any = _Absent()
+SHARED_MAX = 200  # characters: string values up to this long are kept once (CellRecord.from_json's `shared`)
+
+Scalar = Union[str, int, float, bool, None]  # what a field another plugin adds may hold
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class RecordError(ValueError):
+    """A value that is not a cell record; the message names the field and why."""
+
+
+@dataclass(kw_only=True, slots=True)
+class CellRecord:
+    """One cell's record. Built once where the cell ends (lifecycle.score_cell, or
+    controller.never_ran_record for a cell that produced none), passed forward as it is, and
+    written or sent as its JSON form (`to_json`): the item's user_properties, a results.jsonl
+    line, the sealed result beside the workspace. Everything read back from a file or a worker
+    becomes a record through `from_json`, the one check of a record's shape.
+
+    The fields and their types are the table `FIELDS` (built from these annotations). A field
+    is ABSENT when the record does not have it (a record of a cell that never produced its own
+    has the identity fields and the verdicts). `extra`: fields other plugins add through
+    `pytest_ponybench_cell_record`, JSON-safe scalars, after the harness's own in the JSON form.
+    The order below is the order of the JSON form, so of the JUnit properties."""
+
+    # identity (the first five every output groups and counts by: a record without them is none)
+    cell: str
+    spec_hash: str = ABSENT
+    task: str
+    arm: str
+    model: str
+    model_id: str = ABSENT
+    run: int = ABSENT
+    kind: str = ABSENT
     # how the agent run ended
-    "status": _str, "ran": _bool, "error": _str, "rehearsal": _bool, "reused": _bool,
-    "escaped": _str, "workspace": _str,
-    "skipped_files": _str,  # what the agent left that no program can copy, removed and named (workspace.py)
-    "workspace_cut": _str,  # only on a remote worker's cell whose workspace did not all fit home (fleet.py)
-    # verdicts
-    # None: the task has no check on that axis, so the axis was not measured (never a pass)
-    **{axis: _int for axis in AXES}, **{f"{axis}_reason": _str for axis in AXES},
-    "passed": _bool, "failure": _str,
-    # what the verdicts were judged under (scoring/fingerprint.verdict_key): the workspace's
-    # files, the checks, the harness and the deciding library versions; absent when no check ran
-    "verdict_key": _str,
-    # what the agent delivered (metrics.py)
-    "delivered": _bool, "files": (int,), "src_files": (int,), "total_loc": (int,),
-    "src_loc": (int,), "test_files": (int,), "test_loc": (int,),
+    status: str
+    ran: bool = ABSENT
+    error: str = ABSENT
+    rehearsal: bool = ABSENT
+    reused: bool = ABSENT
+    escaped: str = ABSENT
+    workspace: str = ABSENT
+    attempts: int = ABSENT  # infra errors retried (cell.run_cell): attempts made,
+    infra_cost_usd: float | int | None = ABSENT  # and what the failed ones cost
+    skipped_files: str = ABSENT  # what the agent left that no program can copy, removed and named (workspace.py)
     # usage (transcript.usage_metrics)
     # cost_estimated: no result line gave the cost, so it is the counted tokens at list price
-    "cost_usd": _num, "cost_estimated": _bool, "cost_note": _str, "duration_ms": _int, "turns": _int, "denials": _int,
-    "in_tokens": _int, "out_tokens": _int, "cache_tokens": _int, "total_tokens": _int,
-    "served_model": _str, "claude_version": _str, "plugins": _str, "tools": _str,
+    cost_usd: float | int | None = ABSENT
+    cost_estimated: bool = ABSENT
+    cost_note: str = ABSENT
+    duration_ms: int | None = ABSENT
+    turns: int | None = ABSENT
+    denials: int | None = ABSENT
+    in_tokens: int | None = ABSENT
+    out_tokens: int | None = ABSENT
+    cache_tokens: int | None = ABSENT
+    total_tokens: int | None = ABSENT
+    served_model: str = ABSENT
+    claude_version: str = ABSENT
+    plugins: str = ABSENT
+    tools: str = ABSENT
     # what the agent did (transcript.activity): 'Name:count' pairs, skill names, distinct files
-    "tool_calls": _str, "skills_used": _str, "files_read": (int,), "files_written": (int,),
-    "edits": (int,), "api_error_status": _int,
-    # infra errors retried (cell.run_cell): attempts made, and what the failed ones cost
-    "attempts": (int,), "infra_cost_usd": _num,
-}
+    tool_calls: str = ABSENT
+    skills_used: str = ABSENT
+    files_read: int = ABSENT
+    files_written: int = ABSENT
+    edits: int = ABSENT
+    api_error_status: int | None = ABSENT
+    # what the agent delivered (metrics.py)
+    files: int = ABSENT
+    src_files: int = ABSENT
+    total_loc: int = ABSENT
+    src_loc: int = ABSENT
+    test_files: int = ABSENT
+    test_loc: int = ABSENT
+    delivered: bool = ABSENT
+    # what the verdicts were judged under (scoring/fingerprint.verdict_key): the workspace's
+    # files, the checks, the harness and the deciding library versions; absent when no check ran
+    verdict_key: str = ABSENT
+    # verdicts, one pair per axis of AXES (checked below): None when the task has no check on
+    # that axis, so the axis was not measured (never a pass)
+    correct: int | None = ABSENT
+    correct_reason: str = ABSENT
+    safe: int | None = ABSENT
+    safe_reason: str = ABSENT
+    robust: int | None = ABSENT
+    robust_reason: str = ABSENT
+    passed: bool = ABSENT
+    failure: str = ABSENT
+    workspace_cut: str = ABSENT  # only on a remote worker's cell whose workspace did not all fit home (fleet.py)
+    extra: dict[str, Scalar] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The flat dict of JSON-safe scalars every output reads: the fields the record has,
+        then the other plugins' fields."""
+        data = {name: value for name in FIELDS if (value := getattr(self, name)) is not ABSENT}
+        data.update(self.extra)
+        return data
+
+    @classmethod
+    def from_json(cls, data, shared: dict[str, str] | None = None) -> "CellRecord":
+        """The record of a JSON form, or RecordError naming the first field that is wrong:
+        an identity field missing, a status this version does not know, a value of the wrong
+        type, another plugin's value that is not a JSON-safe scalar. `shared`: one copy of each
+        short string value that repeats across the records made with the same table (task,
+        arm, status, a failure line): 10,000 records held for the summary kept each 10,000
+        times."""
+        if not isinstance(data, dict):
+            raise RecordError("it is not a JSON object")
+        missing = [k for k in IDENTITY if not isinstance(data.get(k), str) or not data.get(k)]
+        if missing:
+            raise RecordError(f"it has no {', '.join(missing)}")
+        if data["status"] not in STATUSES:
+            raise RecordError(f"status {data['status']!r} is not one of {', '.join(sorted(STATUSES))}")
+        known, extra = {}, {}
+        for key, value in data.items():
+            allowed = FIELDS.get(key, _SCALARS)
+            # bool is an int to isinstance(); a flag where a number belongs is still wrong.
+            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed
+                                                  and key in FIELDS):
+                raise RecordError(f"{key}={value!r} is not {' or '.join(t.__name__ for t in allowed)}")
+            if shared is not None and type(value) is str and len(value) <= SHARED_MAX:
+                value = shared.setdefault(value, value)
+            if key in FIELDS:
+                known[key] = value
+            elif isinstance(key, str) and key != "extra":
+                extra[key] = value
+            else:
+                raise RecordError(f"{key!r} is not a field another plugin may add")
+        return cls(**known, extra=extra)
 
 
-def problems(record: dict) -> list[str]:
-    """What is wrong with a record's shape (unknown status, a value of the wrong type, a value
-    that is not JSON-safe); empty when it is well formed. Fields added by other plugins through
-    `pytest_ponybench_cell_record` are allowed when their values are JSON-safe scalars."""
-    found = []
-    status = record.get("status")
-    if status not in STATUSES:
-        found.append(f"status {status!r} is not one of {', '.join(sorted(STATUSES))}")
-    for key, value in record.items():
-        allowed = FIELDS.get(key, (str, int, float, bool, type(None)))
-        # bool is an int to isinstance(); a flag where a number belongs is still wrong.
-        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed
-                                              and key in FIELDS):
-            found.append(f"{key}={value!r} is not {' or '.join(t.__name__ for t in allowed)}")
-    return found
+def _types(hint) -> tuple[type, ...]:
+    """`int | None` -> (int, NoneType): what isinstance() takes."""
+    return tuple(t for t in get_args(hint)) if get_args(hint) else (hint,)
+
+
+# Every field of a record and the types its value may have: the dataclass's annotations.
+FIELDS: dict[str, tuple[type, ...]] = {
+    name: _types(hint) for name, hint in get_type_hints(CellRecord).items() if name != "extra"}
+# The fields every output reads a record by (group_by, status_of): a value without them is none.
+IDENTITY = ("cell", "task", "arm", "model", "status")
+if {name for name in FIELDS if name.split("_reason")[0] in AXES} != {*AXES, *(f"{a}_reason" for a in AXES)}:
+    raise ImportError(f"CellRecord's verdict fields are not those of spec.AXES {AXES}")  # one source: AXES
 
 
 # --------------------------------------------------------------------------- which cells count

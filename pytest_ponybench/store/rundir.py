@@ -44,6 +44,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pytest_ponybench.specs import HARNESS_PREFIX
+from pytest_ponybench.store.record import CellRecord, RecordError
 
 OPTIONS = "run.json"
 RESULTS = "results.jsonl"
@@ -369,20 +370,6 @@ def _jsonl_lines(path: Path):
                     yield number, None
 
 
-# The fields every output reads a record by (record.py): a line without them is no record.
-RESULT_KEYS = ("cell", "task", "arm", "model", "status")
-
-
-def results_line_problem(record) -> str | None:
-    """Why a results.jsonl line is not a cell record, or None when it is one."""
-    if not isinstance(record, dict):
-        return "it is not a JSON object"
-    missing = [k for k in RESULT_KEYS if not isinstance(record.get(k), str) or not record.get(k)]
-    if missing:
-        return f"it has no {', '.join(missing)}"
-    return None
-
-
 def seal_result(record: dict, key: bytes | None) -> dict:
     """A results.jsonl record with its MAC (under the run's key) as the field `mac`."""
     record = {k: v for k, v in record.items() if k != MAC_FIELD}
@@ -391,17 +378,20 @@ def seal_result(record: dict, key: bytes | None) -> dict:
     return record
 
 
-SHARED_MAX = 200  # characters: values up to this long are kept once per read (they repeat)
-
-
 def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
-    """The cell records of a results file. A line that is garbage, not a record (`{}`), or
-    (with a key) not sealed by it is skipped and `warn` gets one sentence naming the file and
+    """The cell records of a results file, each the JSON form of what `CellRecord.from_json`
+    made of its line. A line that is garbage, not a record (`{}`, a field of the wrong type),
+    or (with a key) not sealed by it is skipped and `warn` gets one sentence naming the file and
     line; the `mac` field is taken off what is returned."""
     kept = []
-    shared: dict[str, str] = {}
+    shared: dict[str, str] = {}  # one copy of each short value that repeats (from_json)
     for number, record in _jsonl_lines(path):
-        problem = results_line_problem(record)
+        problem = None
+        try:
+            made = CellRecord.from_json({k: v for k, v in record.items() if k != MAC_FIELD}
+                                        if isinstance(record, dict) else record, shared)
+        except RecordError as exc:
+            problem = str(exc)
         if problem is None and key is not None:
             try:
                 body = {k: v for k, v in record.items() if k != MAC_FIELD}
@@ -415,10 +405,7 @@ def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
             if warn is not None:
                 warn(f"{path} line {number} skipped: {problem}")
             continue
-        # One copy of each key and of each short value that repeats (task, arm, status, a
-        # failure line): 10,000 records read back for the summary held each key 10,000 times.
-        kept.append({shared.setdefault(k, k): (shared.setdefault(v, v) if type(v) is str and len(v) <= SHARED_MAX else v)
-                     for k, v in record.items() if k != MAC_FIELD})
+        kept.append(made.to_json())  # its keys the dataclass's field names: one copy of each
     return kept
 
 
