@@ -44,7 +44,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pytest_ponybench.specs import HARNESS_PREFIX
-from pytest_ponybench.store.record import CellRecord, RecordError
 
 OPTIONS = "run.json"
 RESULTS = "results.jsonl"
@@ -383,6 +382,10 @@ def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
     made of its line. A line that is garbage, not a record (`{}`, a field of the wrong type),
     or (with a key) not sealed by it is skipped and `warn` gets one sentence naming the file and
     line; the `mac` field is taken off what is returned."""
+    # Imported here: a session without --ponybench imports this module (its names declare the
+    # options) and must not load the record and spec modules (tests/test_collect_scope.py).
+    from pytest_ponybench.store.record import CellRecord, RecordError
+
     kept = []
     shared: dict[str, str] = {}  # one copy of each short value that repeats (from_json)
     for number, record in _jsonl_lines(path):
