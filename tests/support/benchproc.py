@@ -111,6 +111,13 @@ def run(root: Path, args: list[str], env: dict[str, str] | None = None,
                               capture_output=True, text=True, timeout=timeout)
 
 
+def _interruptible() -> None:
+    """In the child, before exec: SIGINT back to its default. A shell starts a background job
+    with SIGINT ignored (`cmd &` without job control: how CI scripts are often launched), and
+    Python then installs no KeyboardInterrupt handler, so a test's Ctrl-C would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Session:
     """`python -m pytest ARGS` started in its own session (so a test can signal its whole
     process group, as a terminal or a CI runner would), output kept in files.
@@ -127,7 +134,8 @@ class Session:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=root,
                                          env=proc_tree.marked_env(_env(env), self.marker), stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=err, start_new_session=True)
+                                         stdout=out, stderr=err, start_new_session=True,
+                                         preexec_fn=_interruptible)
 
     @property
     def stdout(self) -> str:
