@@ -29,8 +29,8 @@ from typing import Sequence
 from pytest_ponybench.reports import intervals, stats, tables
 from pytest_ponybench.reports.stats import Estimate, PairStats, PooledStats
 from pytest_ponybench.specs.argtypes import parse_number
-from pytest_ponybench.store.rundir import MAC_FIELD, RESULTS
-from pytest_ponybench.store.record import AXES, CellRecord, RecordError
+from pytest_ponybench.store.rundir import RESULTS, line_record
+from pytest_ponybench.store.record import AXES, RecordError
 
 SUMMARY = "summary.json"
 LABELS = ("new", "old")
@@ -72,8 +72,7 @@ def load_records(run_dir) -> list[dict]:
         except json.JSONDecodeError as error:
             raise RunError(f"{path}:{number}: not valid JSON ({error.msg})") from error
         try:  # the one check of a record's shape; the line itself is what compare reads
-            CellRecord.from_json({k: v for k, v in record.items() if k != MAC_FIELD}
-                                 if isinstance(record, dict) else record)
+            line_record(record)
         except RecordError as error:
             raise RunError(f"{path}:{number}: not a cell record: {error}") from None
         key = record["cell"]

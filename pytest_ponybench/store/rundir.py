@@ -377,6 +377,15 @@ def seal_result(record: dict, key: bytes | None) -> dict:
     return record
 
 
+def line_record(line, shared: dict[str, str] | None = None):
+    """The CellRecord of one parsed results line, its MAC field left out; RecordError naming
+    the field when the line is not a record."""
+    from pytest_ponybench.store.record import CellRecord  # see read_results_file
+
+    return CellRecord.from_json({k: v for k, v in line.items() if k != MAC_FIELD}
+                                if isinstance(line, dict) else line, shared)
+
+
 def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
     """The cell records of a results file, each the JSON form of what `CellRecord.from_json`
     made of its line. A line that is garbage, not a record (`{}`, a field of the wrong type),
@@ -384,15 +393,14 @@ def read_results_file(path: Path, key: bytes | None, warn=None) -> list[dict]:
     line; the `mac` field is taken off what is returned."""
     # Imported here: a session without --ponybench imports this module (its names declare the
     # options) and must not load the record and spec modules (tests/test_collect_scope.py).
-    from pytest_ponybench.store.record import CellRecord, RecordError
+    from pytest_ponybench.store.record import RecordError
 
     kept = []
     shared: dict[str, str] = {}  # one copy of each short value that repeats (from_json)
     for number, record in _jsonl_lines(path):
         problem = None
         try:
-            made = CellRecord.from_json({k: v for k, v in record.items() if k != MAC_FIELD}
-                                        if isinstance(record, dict) else record, shared)
+            made = line_record(record, shared)
         except RecordError as exc:
             problem = str(exc)
         if problem is None and key is not None:
