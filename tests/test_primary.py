@@ -1,8 +1,8 @@
 """The answer per arm: pooled over tasks, first in every output, a verdict that follows its interval.
 
 Built from records through the controller's own end of run (Gathering.finish) and the lines the
-terminal prints, without running a cell: the rehearsal's --ponybench-rehearse-ref is one choice
-for the whole run, so it cannot make one arm write the unsafe reference and another the good one.
+terminal prints, without running a cell; tests/test_answer_e2e.py runs the same case through the
+pinned CLI (a conftest's rehearsal hook makes one arm write the unsafe references).
 """
 from __future__ import annotations
 
