@@ -16,7 +16,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import yaml
 from support import benchproc
 from support.benchproc import installed_cli
 from support.ponyproject import DOUBLE_TASK
@@ -247,28 +246,17 @@ def test_a_stalled_model_times_out_and_leaves_no_process(project):
     assert _processes_under(project.path / "runs") == []
 
 
-@pytest.mark.library_gate
-def test_every_shipped_task_and_arm_rehearses(pytester, claude_bin):
-    """The repository's own benchmark, as README runs it: every task x arm through the real
-    CLI, each arm proven, each good reference (the scripted model's files) scored correct and
-    safe. A gate of the shipped library (about 3 min alone): .ci/run runs it."""
-    runs = pytester.path / "runs"
-    result = pytester.runpytest_subprocess(
-        "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(REPO / "tasks"),
-        "--ponybench", "--ponybench-rehearse", f"--ponybench-claude={claude_bin}",
-        f"--ponybench-dir={runs}", "-p", "no:cacheprovider", "-n", "2",
-    )
-    found = records(runs)
-    failed = [f"{r['cell']}: {r['failure']}" for r in found if not r["passed"]]
-    assert failed == [], "\n".join(failed)
-    assert result.ret == 0
+def test_readme_s_benchmark_command_collects_every_shipped_task_and_arm():
+    """README's benchmark command, collected as README runs it in this repository (its
+    pyproject's addopts apply): one cell per shipped task x arm. That every one of them
+    passes through the pinned CLI, each arm proven, is .ci/run's last step, which runs the
+    command itself on a fresh clone (a test here ran the same rehearsal again: about 3 min)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "--ponybench", "--ponybench-rehearse", "--co", "-q",
+                           "-p", "no:cacheprovider"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    cells = {line.split("::", 1)[1] for line in done.stdout.splitlines() if line.startswith("tasks/")}
     arms = {p.stem for p in (REPO / "arms").glob("*.yaml")}
     tasks = {p.stem for p in (REPO / "tasks").glob("*.yaml")}
-    assert {(r["task"], r["arm"]) for r in found} == {(t, a) for t in tasks for a in arms}
-    gated = [r for r in found if r["kind"] == "surgical"]
-    assert gated and all(r["correct"] == 1 for r in gated)
-    # safe is 1 exactly where the task has a safe check, and not measured (None) elsewhere
-    with_safe = {p.stem for p in (REPO / "tasks").glob("*.yaml") if "safe" in (yaml.safe_load(p.read_text()).get("checks") or {})}
-    assert with_safe and all(r["safe"] == (1 if r["task"] in with_safe else None) for r in found)
-    for arm in sorted(arms):
-        result.stdout.fnmatch_lines([f"arm {arm}: proven*"])
+    assert cells == {f"{t}__{a}__haiku__0" for t in tasks for a in arms}
