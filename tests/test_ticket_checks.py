@@ -281,6 +281,15 @@ def test_find_programs_knows_packages_shebang_scripts_and_servers_started_elsewh
         ''')
     verdict = checks.run_check(check, node, "correct", None, 20)
     assert verdict.ok, verdict.reason
+    # A server module in another folder, imported by path (ESM): the entry file still comes first.
+    esm = tmp_path / "esm"
+    (esm / "lib").mkdir(parents=True)
+    (esm / "lib" / "server.mjs").write_text("import http from 'node:http';\n"
+                                            "export default http.createServer((q, s) => s.end('ok'));\n")
+    (esm / "main.mjs").write_text("import server from './lib/server.mjs';\nserver.listen(process.env.PORT);\n")
+    check = check.replace("node index.js", "node main.mjs")  # sorted after lib/server.mjs
+    verdict = checks.run_check(check, esm, "correct", None, 20)
+    assert verdict.ok, verdict.reason
 
 
 # --- review lines ---------------------------------------------------------------------------------

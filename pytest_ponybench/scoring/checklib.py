@@ -339,6 +339,18 @@ def _shebang(path: Path) -> str:
     return first.decode("utf-8", "replace").strip() if first.startswith(b"#!") else ""
 
 
+def _relative_modules(path: Path) -> set[Path]:
+    """The files a Node script may mean by each relative module it requires or imports
+    ('./app', '../lib/server.mjs', './routes' for routes/index.js)."""
+    found: set[Path] = set()
+    for spec in re.findall(r"""(?:require\s*\(|from\s+|import\s*\()\s*['"](\.{1,2}/[^'"]+)['"]""",
+                           path.read_text(errors="replace")):
+        base = (path.parent / spec).resolve()
+        found |= {base, base.with_name(base.name + ".js"), base.with_name(base.name + ".mjs"),
+                  base.with_name(base.name + ".cjs"), base / "index.js"}
+    return found
+
+
 def find_programs(language: str = "python", hint: str = "") -> list[Program]:
     """Every reasonable way the workspace's program is meant to be started, most likely first
     (names holding `hint` ahead): for Python, packages with a __main__.py (`python -m`),
@@ -381,10 +393,9 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
         servers = [p for p in scripts if "createServer" in p.read_text(errors="replace")
                    or re.search(r"\blisten\s*\(", p.read_text(errors="replace"))]
         # A file that requires a server module is how the server is started (index.js doing
-        # `require('./app').listen(...)`), even when it calls listen itself: it comes first.
-        starters = [p for p in scripts if any(
-            q != p and re.search(rf"""(require\s*\(|from\s+|import\s*\()\s*['"]\./{re.escape(q.stem)}(\.c?m?js)?['"]""",
-                                 p.read_text(errors="replace")) for q in servers)]
+        # `require('./app').listen(...)`, or importing '../lib/server.mjs'), even when it calls
+        # listen itself: it comes first.
+        starters = [p for p in scripts if any(q != p and q.resolve() in _relative_modules(p) for q in servers)]
         names += [str(p.relative_to(check_state.WORKSPACE)) for p in starters + [s for s in servers if s not in starters]]
         names = [n.removeprefix("./") for n in names]
         for index, name in enumerate(names):
