@@ -72,3 +72,10 @@ def test_server_false_skips_the_http_layer(tmp_path):
     rel, old, new, _ = BREAKAGES["static files escape their folder"]
     ws = app_copy(tmp_path, rel, old, new)
     assert verdict(ws, "notes_app_regressions(server=False)").ok
+
+
+def test_check_app_tests_passes_the_shipped_suite_and_fails_one_a_change_broke(tmp_path):
+    assert verdict(app_copy(tmp_path), "check_app_tests()") == checks.Verdict(True, "ok")
+    rel, old, new, _ = BREAKAGES["list order reversed"]  # the app's own tests pin newest first
+    result = verdict(app_copy(tmp_path / "broken", rel, old, new), "check_app_tests()")
+    assert not result.ok and "the app's own test suite fails after the change" in result.reason, result.reason

@@ -27,6 +27,7 @@ Names:
   `check_header_injection`, `check_html_contexts`, and their payload lists)
 - `notes_app_regressions(ordered=True, server=True)`: re-test the notes-app fixture's existing
   behaviour (see regressions.py), for fixture tasks
+- `check_app_tests(timeout=25)`: fail unless the workspace's own unittest suite passes
 
 Following the ticket rather than a list of payloads (docs/writing-tasks.md):
 - `@check`: a named check. A function of the check code decorated with `@check` runs after
@@ -407,6 +408,15 @@ def find_programs(language: str = "python", hint: str = "") -> list[Program]:
     return found
 
 
+def check_app_tests(timeout: float = 25) -> None:
+    """Fail unless the workspace's own unittest suite passes (`python -m unittest discover -s
+    tests`, the notes app's `make test`): a fixture task's change leaves the repository's tests
+    green, whatever else its ticket asks."""
+    run = subprocess.run([sys.executable, "-m", "unittest", "discover", "-s", "tests"], cwd=check_state.WORKSPACE,
+                         capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, f"the app's own test suite fails after the change: {run.stderr[-600:]}"
+
+
 def cleanup() -> None:
     host.close_hosts()
     for proc in _processes:
@@ -434,6 +444,6 @@ def namespace(entry: str | None) -> dict:
         "elsewhere": elsewhere, "non_ascii_copy": non_ascii_copy, "find_programs": find_programs,
         "is_test_file": is_test_file,
         **{name: getattr(batteries, name) for name in batteries.NAMES},
-        "notes_app_regressions": notes_app_regressions,
+        "notes_app_regressions": notes_app_regressions, "check_app_tests": check_app_tests,
     }
     return check_state.CHECK_GLOBALS
