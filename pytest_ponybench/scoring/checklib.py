@@ -46,6 +46,9 @@ Following the ticket rather than a list of payloads (docs/writing-tasks.md):
   `fake_clock(start)` (time.time, time.monotonic and datetime.now move only when the check
   says `clock.advance(seconds)`), `elsewhere()` (another working directory, non-ASCII),
   `non_ascii_copy()` (the workspace copied under a non-ASCII path; `load(path, root=...)`)
+- behaviour over time: `entries_held(value)` counts what a value holds (its containers' lengths
+  and those inside them, an object's attributes, a functools cache's size), for a bound on state
+  that must not grow with every call
 - entry points as a user would run them: `find_class(module, method, *names)` (the class the
   ticket names first), `find_programs(language, hint)` (`python -m package`, scripts with a
   shebang and no `.py`, `node` entry files and the modules that start a server)
@@ -242,6 +245,30 @@ def _leaves(exc: BaseException):
     for inner in getattr(exc, "exceptions", ()) or ():
         yield inner
         yield from _leaves(inner)
+
+
+# Behaviour over time ---------------------------------------------------------------------
+
+def entries_held(value, depth: int = 3) -> int:
+    """The entries a value holds: the lengths of its containers and of those inside them (a dict
+    of per-client lists), an object's attributes, a function's functools cache; counted rather
+    than weighed, so the same on every machine (docs/writing-tasks.md, "Behaviour over time")."""
+    if depth == 0 or value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return 0
+    if callable(value):  # a function's functools cache; a class holds nothing of a call
+        info = None if hasattr(value, "__mro__") else getattr(value, "cache_info", None)
+        return info()[-1] if callable(info) else 0  # CacheInfo's currsize (a plain tuple once across)
+    if isinstance(value, dict):
+        return len(value) + sum(entries_held(item, depth - 1) for item in value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return len(value) + sum(entries_held(item, depth - 1) for item in value)
+    try:  # an object of the agent's side (a deque, a bucket): its length, or its attributes
+        return len(value) + sum(entries_held(item, depth - 1) for item in list(value))
+    except TypeError:
+        if hasattr(value, "__name__"):  # a module it imported, not state of its own
+            return 0
+        attributes = getattr(value, "__dict__", None)
+        return entries_held(list(attributes.values()), depth) - len(attributes) if isinstance(attributes, dict) else 0
 
 
 # The environment as an input ----------------------------------------------------------------
@@ -442,7 +469,7 @@ def namespace(entry: str | None) -> dict:
         "check": check, "load_reference": load_reference, "differential": differential, "same_value": same_value,
         "inputs": inputs, "st": st, "time_zone": time_zone, "TIME_ZONES": TIME_ZONES, "fake_clock": fake_clock,
         "elsewhere": elsewhere, "non_ascii_copy": non_ascii_copy, "find_programs": find_programs,
-        "is_test_file": is_test_file,
+        "is_test_file": is_test_file, "entries_held": entries_held,
         **{name: getattr(batteries, name) for name in batteries.NAMES},
         "notes_app_regressions": notes_app_regressions, "check_app_tests": check_app_tests,
     }
