@@ -168,6 +168,26 @@ def test_a_robust_check_loads_beside_correct_and_is_named_in_review(tmp_path):
     assert spec.AXES == ("correct", "safe", "robust") and spec.PASS_AXES == ("correct", "safe")
 
 
+def test_the_check_prelude_comes_before_each_axis(tmp_path):
+    prelude = "def added(a, b):\n    return load(FILE).add(a, b)\n"
+    checks = {"correct": "assert added(1, 2) == 3, 'add is wrong'\n", "robust": "assert added(1e308, 1e308) > 0\n"}
+    task = load(tmp_path, {**GOOD, "check_prelude": prelude, "checks": checks})
+    assert set(task.checks) == set(checks)
+    for axis, code in checks.items():
+        assert task.checks[axis].startswith(prelude) and task.checks[axis].endswith(code)
+        compile(task.checks[axis], axis, "exec")
+
+
+@pytest.mark.parametrize("prelude, message", [
+    ("def f(:\n    pass\n", "syntax error at line 1"),
+    ("x = 1\n@check\ndef f():\n    pass\n", "move each @check function under checks.<axis>"),
+    (42, "must be Python code as a string"),
+])
+def test_a_bad_check_prelude_is_named(tmp_path, prelude, message):
+    error = error_of(tmp_path, {**GOOD, "check_prelude": prelude})
+    assert "field 'check_prelude'" in error and message in error, error
+
+
 def test_a_bad_reference_is_never_caught_on_robust_alone(tmp_path):
     content = {**GOOD, "checks": {**GOOD["checks"], "robust": "pass\n"}, "refs": {**GOOD["refs"], "axis": "robust"}}
     message = error_of(tmp_path, content)

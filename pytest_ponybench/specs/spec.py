@@ -61,6 +61,7 @@ TASK_FIELDS = {
     "fixture": "a directory under fixtures/, or $VARIABLE naming a directory",
     "open": "true: scored on LOC only (plus checks, if any)",
     "checks": "{correct: python code, safe: python code, robust: python code (optional, beyond the ticket)}",
+    "check_prelude": "python code run before each axis's checks: helpers the axes share (no @check)",
     "refs": "{good: ..., bad: ..., axis: safe|correct}",
     "tags": "list of markers, e.g. [safety, python]",
     "check_timeout": "seconds each check may run (default 30)",
@@ -433,6 +434,7 @@ def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
         problem = _syntax_problem(code)
         if problem:
             raise SpecError(f"{path}: field 'checks.{axis}': {problem}")
+    checks = _with_prelude(path, raw.get("check_prelude"), checks)
     refs = _refs(path, raw, entry)
     fixture = _fixture(path, raw, fixtures_dir)
     if checks and refs is None:
@@ -477,6 +479,24 @@ def load_task(path: Path, fixtures_dir: Path) -> TaskSpec:
         forbidden=forbidden, rehearsal_fault=fault, review=review, equivalent_mutants=dict(equivalent),
         judge_completeness=completeness,
     )
+
+
+def _with_prelude(path: Path, prelude: object, checks: dict) -> dict:
+    """Each axis's code with the task's shared helpers before it: the axes run apart (each in its
+    own check process), so what two of them need is written once here and run in each."""
+    if prelude is None:
+        return checks
+    if not isinstance(prelude, str) or not prelude.strip():
+        raise SpecError(f"{path}: field 'check_prelude': must be Python code as a string")
+    problem = _syntax_problem(prelude)
+    if problem:
+        raise SpecError(f"{path}: field 'check_prelude': {problem}")
+    if re.search(r"^\s*@check\b", prelude, re.MULTILINE):
+        raise SpecError(f"{path}: field 'check_prelude': holds the helpers the axes share, not checks; "
+                        f"move each @check function under checks.<axis>")
+    if not checks:
+        raise SpecError(f"{path}: field 'check_prelude': there are no checks for it to come before")
+    return {axis: prelude.rstrip("\n") + "\n\n\n" + code for axis, code in checks.items()}
 
 
 @functools.lru_cache(maxsize=1024)  # compiled once per process, whichever file holds the code
