@@ -64,10 +64,13 @@ def test_the_good_reference_must_pass_robust_and_the_bad_one_need_not(tmp_path):
     assert problem is not None and "the good reference fails its checks (robust:" in problem, problem
 
 
-def test_an_accepted_variant_that_fails_only_robust_is_still_accepted(tmp_path):
+def test_an_accepted_variant_is_judged_without_robust_and_a_robust_one_on_it(tmp_path):
     task = task_of(tmp_path)
     accepted = strength.judge(task, strength.Variant(task="add", name="plain", kind="accepted", code=CAREFUL_NOT))
-    assert not accepted.verdicts["robust"].ok and accepted.held
+    assert accepted.held and set(accepted.verdicts) == {"correct"}, accepted.verdicts  # robust decides nothing here
+    fragile = strength.judge(task, strength.Variant(task="add", name="fragile", kind="caught", axis="robust",
+                                                    mistake="overflows", code=CAREFUL_NOT))
+    assert fragile.held and not fragile.verdicts["robust"].ok and fragile.verdicts["correct"].ok
     caught = strength.judge(task, strength.Variant(task="add", name="minus", kind="caught", axis="correct",
                                                    mistake="subtracts", code="def add(a, b):\n    raise OverflowError\n"))
     assert caught.held and caught.other_failures == {}, caught.other_failures

@@ -420,12 +420,14 @@ def measured_axes(task: TaskSpec) -> tuple[str, ...]:
     return tuple(a for a in records.AXES if a in task.checks or (a == "correct" and task.forbidden))
 
 
-def judge(task: TaskSpec, ws: Path) -> dict[str, checks.Verdict]:
-    """The verdict of every check on a workspace, the one way cells, references and variants
-    are judged. Each axis's check runs in its own disposable copy of the workspace: a check
-    that writes (or code under test that does) can neither touch the kept workspace nor the
-    other axis. A file the ticket says not to change, changed, fails correct, named."""
-    verdicts = checks.run_checks(task.checks, ws, task.file, task.check_timeout, transcript=ws / workspace.TRANSCRIPT,
+def judge(task: TaskSpec, ws: Path, axes: tuple[str, ...] | None = None) -> dict[str, checks.Verdict]:
+    """The verdict of every check on a workspace (of the `axes` given, else all), the one way
+    cells, references and variants are judged. Each axis's check runs in its own disposable
+    copy of the workspace: a check that writes (or code under test that does) can neither
+    touch the kept workspace nor the other axis. A file the ticket says not to change,
+    changed, fails correct, named."""
+    chosen = task.checks if axes is None else {a: code for a, code in task.checks.items() if a in axes}
+    verdicts = checks.run_checks(chosen, ws, task.file, task.check_timeout, transcript=ws / workspace.TRANSCRIPT,
                                  ignore=workspace.copy_ignore(ws), reference=reference_workspace(task),
                                  in_process=bool(task.checks_in_process))
     verdicts = checks.with_forbidden(verdicts, checks.forbidden_edits(task, ws))
